@@ -1,0 +1,34 @@
+"""sim: the simulated robot fleet (robots, tasks, fleet variation, scripted experts).
+
+Importing ``sim`` registers the gymnasium envs ``robofleet/Reach-v0``,
+``robofleet/Push-v0`` and ``robofleet/PickPlace-v0``.
+"""
+
+import gymnasium as gym
+
+from sim.envs.pick_place import PickPlaceEnv
+from sim.envs.push import PushEnv
+from sim.envs.reach import ReachEnv
+from sim.fleet import SITES, RobotProfile, make_fleet, make_robot
+from sim.tasks import TaskSpec, available_tasks, resolve_task
+
+for _env_class, _env_id in ((ReachEnv, "robofleet/Reach-v0"), (PushEnv, "robofleet/Push-v0"), (PickPlaceEnv, "robofleet/PickPlace-v0")):
+    if _env_id not in gym.registry:
+        gym.register(
+            id=_env_id,
+            entry_point=f"{_env_class.__module__}:{_env_class.__name__}",
+            max_episode_steps=_env_class.default_max_episode_steps,
+        )
+
+__all__ = [
+    "SITES",
+    "PickPlaceEnv",
+    "PushEnv",
+    "ReachEnv",
+    "RobotProfile",
+    "TaskSpec",
+    "available_tasks",
+    "make_fleet",
+    "make_robot",
+    "resolve_task",
+]

@@ -1,0 +1,179 @@
+"""Scripted experts: closed-loop controllers that solve each task from observations.
+
+Every expert has ``reset(seed)`` and ``__call__(observation) -> action``. They read
+only what a policy reads (the noisy observation dict) plus the robot's profile, and
+they draw a few style parameters per episode from ``seed`` (speed, clearance height,
+waypoints, action noise), so that demonstrations are varied rather than one fixed path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.controller import MAX_POSITION_STEP, MAX_YAW_STEP
+from sim.fleet import RobotProfile
+
+FINGER_HALF_WIDTH = 0.012  # half-extent of the closed fingers, used as a pusher
+
+
+def _wrap(angle: float, period: float) -> float:
+    """``angle`` wrapped into [-period/2, period/2)."""
+    return (angle + period / 2) % period - period / 2
+
+
+def _yaw_from_quaternion(q: np.ndarray) -> float:
+    w, x, y, z = q
+    return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
+
+
+class ScriptedExpert:
+    """Shared parts: observation parsing, proportional moves and per-episode style."""
+
+    def __init__(self, profile: RobotProfile):
+        self.profile = profile
+        self.table = profile.table_height
+        self.half = profile.object_half_size
+        self.reset(0)
+
+    def reset(self, seed: int | None = None) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.speed = self.rng.uniform(0.6, 1.0)
+        self.noise = self.rng.uniform(0.03, 0.12)
+        self.clearance = self.rng.uniform(0.05, 0.1)
+        self.phase = "start"
+
+    def _parse(self, observation: dict) -> None:
+        state = observation["observation.state"]
+        self.ee = state[13:16].astype(np.float64)
+        self.ee_yaw = _yaw_from_quaternion(state[16:20])
+        self.gripper_width = float(state[12])
+        self.env_state = observation["observation.environment_state"].astype(np.float64)
+
+    def _move(self, target: np.ndarray, gain: float = 0.8, gripper: float = -1.0, yaw_error: float = 0.0):
+        """Action that moves the end-effector a fraction ``gain`` of the way to ``target``."""
+        step = (target - self.ee) * gain / MAX_POSITION_STEP
+        step = np.clip(step, -self.speed, self.speed)
+        # Exploration noise shrinks as the target gets close, so precision is kept.
+        closeness = min(1.0, float(np.linalg.norm(target - self.ee)) / 0.1)
+        step = step + self.rng.normal(0.0, self.noise * closeness, size=3)
+        yaw = np.clip(yaw_error / MAX_YAW_STEP, -1.0, 1.0)
+        return np.array([*np.clip(step, -1.0, 1.0), yaw, gripper], dtype=np.float32)
+
+
+class ReachExpert(ScriptedExpert):
+    """Flies to the goal, sometimes through a random waypoint first."""
+
+    def __call__(self, observation: dict) -> np.ndarray:
+        self._parse(observation)
+        goal = self.env_state[:3]
+        if self.phase == "start":
+            use_waypoint = self.rng.uniform() < 0.5
+            midpoint = (self.ee + goal) / 2 + self.rng.uniform(-0.06, 0.06, size=3)
+            midpoint[2] = max(midpoint[2], self.table + 0.05)
+            self.waypoint = midpoint if use_waypoint else None
+            self.phase = "reach"
+        if self.waypoint is not None and np.linalg.norm(self.waypoint - self.ee) < 0.03:
+            self.waypoint = None
+        return self._move(goal if self.waypoint is None else self.waypoint)
+
+
+class _CubeExpert(ScriptedExpert):
+    def _parse(self, observation: dict) -> None:
+        super()._parse(observation)
+        self.cube = self.env_state[:3]
+        self.cube_yaw = _yaw_from_quaternion(self.env_state[3:7])
+        self.goal = self.env_state[7:10]
+
+    def _yaw_to_cube(self) -> float:
+        """Yaw change that squares the fingers with the cube's faces (90-degree symmetry)."""
+        return _wrap(self.cube_yaw - self.ee_yaw, np.pi / 2)
+
+
+class PushExpert(_CubeExpert):
+    """Closes the gripper, gets behind the cube on the goal line and pushes along it.
+
+    If the cube slips off the line, the expert lifts, goes round and lines up again.
+    """
+
+    def __call__(self, observation: dict) -> np.ndarray:
+        self._parse(observation)
+        to_goal = self.goal[:2] - self.cube[:2]
+        distance = float(np.linalg.norm(to_goal))
+        direction = to_goal / max(distance, 1e-6)
+        standoff = self.half + FINGER_HALF_WIDTH + 0.015
+        push_z = self.table + max(self.half, 0.015)
+        travel_z = self.table + 2 * self.half + self.clearance
+
+        relative = self.ee[:2] - self.cube[:2]
+        along = float(relative @ direction)
+        lateral = float(np.linalg.norm(relative - along * direction))
+        lined_up = along < -self.half and lateral < 0.5 * self.half + 0.005
+
+        if self.phase == "push" and not lined_up:
+            self.phase = "approach"
+        if self.phase in ("start", "approach"):
+            self.phase = "approach"
+            behind = np.array([*(self.cube[:2] - standoff * direction), push_z])
+            horizontal_gap = float(np.linalg.norm(self.ee[:2] - behind[:2]))
+            if horizontal_gap > 0.015:
+                # Clear the cube first, then travel at height, then come down behind it.
+                needs_lift = self.ee[2] < travel_z - 0.02 and along > -standoff + 0.01
+                target = np.array([*(self.ee[:2] if needs_lift else behind[:2]), travel_z])
+                return self._move(target, gripper=1.0)
+            if self.ee[2] > push_z + 0.01:
+                return self._move(behind, gripper=1.0)
+            self.phase = "push"
+        # Aim past the contact point along the goal line; slow down near the goal.
+        reach = min(distance, 0.04)
+        target = np.array([*(self.cube[:2] + (reach - standoff + 0.012) * direction), push_z])
+        return self._move(target, gain=0.6, gripper=1.0)
+
+
+class PickPlaceExpert(_CubeExpert):
+    """Hovers over the cube, squares up, descends, grasps, lifts, carries, places.
+
+    If the cube falls out of the hand, it starts over from the hover.
+    """
+
+    GRASP_STEPS = 6
+
+    def __call__(self, observation: dict) -> np.ndarray:
+        self._parse(observation)
+        hover = np.array([*self.cube[:2], self.cube[2] + self.half + self.clearance])
+        grasp_point = np.array([*self.cube[:2], max(self.cube[2], self.table + 0.012)])
+        cube_in_hand = (
+            np.linalg.norm(self.cube - self.ee) < self.half + 0.02 and self.gripper_width > 1.2 * self.half
+        )
+        if self.phase in ("lift", "carry") and not cube_in_hand:
+            self.phase = "hover"
+        if self.phase == "start":
+            self.phase = "hover"
+
+        if self.phase == "hover":
+            yaw_error = self._yaw_to_cube()
+            if np.linalg.norm(hover[:2] - self.ee[:2]) < 0.01 and abs(yaw_error) < 0.05:
+                self.phase = "descend"
+            target = hover if self.ee[2] > self.cube[2] + self.half else np.array([*self.ee[:2], hover[2]])
+            return self._move(target, yaw_error=yaw_error)
+        if self.phase == "descend":
+            if abs(self.ee[2] - grasp_point[2]) < 0.006:
+                self.phase, self.grasp_count = "grasp", 0
+            return self._move(grasp_point, gain=0.7, yaw_error=self._yaw_to_cube())
+        if self.phase == "grasp":
+            self.grasp_count += 1
+            if self.grasp_count >= self.GRASP_STEPS:
+                self.phase = "lift"
+            return self._move(grasp_point, gripper=1.0)
+
+        in_hand_offset = self.ee - self.cube
+        lift_z = self.table + 2 * self.half + 0.03
+        if self.phase == "lift":
+            if self.cube[2] > lift_z - self.half - 0.005:
+                self.phase = "carry"
+            target = np.array([*self.ee[:2], max(lift_z, self.goal[2]) + in_hand_offset[2] + 0.01])
+            return self._move(target, gripper=1.0)
+        # carry: bring the cube's centre to the goal, staying high until above it.
+        target = self.goal + in_hand_offset
+        if np.linalg.norm(self.goal[:2] - self.cube[:2]) > 0.02:
+            target[2] = max(target[2], lift_z + in_hand_offset[2])
+        return self._move(target, gain=0.7, gripper=1.0)

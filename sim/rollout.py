@@ -1,0 +1,54 @@
+"""Runs one episode of a policy (a scripted expert or a learned one) in an env."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import gymnasium as gym
+import numpy as np
+
+
+@dataclass
+class Episode:
+    """The outcome of one episode; ``frames`` holds per-step arrays when recorded."""
+
+    seed: int
+    success: bool
+    length: int
+    frames: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def run_episode(
+    env: gym.Env,
+    policy: Callable[[dict], np.ndarray],
+    seed: int,
+    reset_policy: Callable[[int], None] | None = None,
+    record: bool = False,
+) -> Episode:
+    """Reset ``env`` and the policy with ``seed`` and step until termination or truncation.
+
+    With ``record=True`` the episode's frames are returned as arrays stacked in time:
+    every observation key, ``action`` (the action taken after that observation),
+    ``next.reward`` and ``next.success``.
+    """
+    observation, info = env.reset(seed=seed)
+    if reset_policy is not None:
+        reset_policy(seed)
+    columns: dict[str, list] = {}
+    success, length = bool(info.get("is_success", False)), 0
+    while True:
+        action = np.asarray(policy(observation), dtype=np.float32)
+        next_observation, reward, terminated, truncated, info = env.step(action)
+        success, length = bool(info["is_success"]), length + 1
+        if record:
+            for key, value in observation.items():
+                columns.setdefault(key, []).append(value)
+            columns.setdefault("action", []).append(action)
+            columns.setdefault("next.reward", []).append(np.float32(reward))
+            columns.setdefault("next.success", []).append(success)
+        observation = next_observation
+        if terminated or truncated:
+            break
+    frames = {key: np.stack(values) for key, values in columns.items()}
+    return Episode(seed=seed, success=success, length=length, frames=frames)
