@@ -11,7 +11,7 @@ from sim.fleet import RobotProfile
 
 SCENE_TEMPLATE = Path(__file__).parent / "assets" / "arm_scene.xml"
 ARM_JOINTS = tuple(f"joint{i}" for i in range(1, 7))
-FRONT_CAMERA_POS = (1.35, 0.0, 0.65)
+FRONT_CAMERA_POS = (1.3, 0.0, 0.8)
 BASE_GAINS = {"kp_shoulder": 400.0, "kp_wrist": 120.0}
 GRIPPER_GAIN = 400.0
 
@@ -40,6 +40,7 @@ def scene_xml(profile: RobotProfile, objects_xml: str = "") -> str:
     light = profile.light_intensity
     return _template().format(
         table_z=f"{profile.table_height:.5f}",
+        camera_target_z=f"{profile.table_height + 0.18:.5f}",
         table_friction=profile.table_friction,
         table_rgba=" ".join(f"{c:g}" for c in profile.table_rgba),
         front_camera_pos=" ".join(f"{c:.4f}" for c in camera),

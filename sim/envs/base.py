@@ -12,7 +12,9 @@ success test. The observation ``observation.state`` is the same for every task:
 | 13-15  | end-effector position (world)          | m     |
 | 16-19  | end-effector orientation quaternion (w, x, y, z) | - |
 
-Sensor noise from the robot's profile is added to the positions in every observation.
+Sensor noise from the robot's profile is added to the end-effector and object
+positions in every observation. Bounds are physical: joint ranges, 100 rad/s, and
+world positions within the 3 m floor (``WORLD_EXTENT``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ CAMERAS = ("front", "wrist")
 # End-effector workspace relative to the table top: (low corner, high corner).
 WORKSPACE = np.array([[0.2, -0.38, 0.008], [0.85, 0.38, 0.45]])
 TABLE_CENTRE_XY = np.array([0.5, 0.0])
+WORLD_EXTENT = 3.0  # metres: every position in the scene lies within this of the origin
+MAX_JOINT_SPEED = 100.0  # rad/s, the bound of the velocity observations
 
 
 def as_profile(profile: RobotProfile | dict | None) -> RobotProfile:
@@ -87,9 +91,9 @@ class ArmEnv(gym.Env):
 
         self.action_space = spaces.Box(-1.0, 1.0, shape=(self.controller.action_dim,), dtype=np.float32)
         observation_spaces = {
-            "observation.state": spaces.Box(-np.inf, np.inf, shape=(STATE_DIM,), dtype=np.float32),
+            "observation.state": self._state_space(),
             "observation.environment_state": spaces.Box(
-                -np.inf, np.inf, shape=(self.environment_state_dim,), dtype=np.float32
+                -WORLD_EXTENT, WORLD_EXTENT, shape=(self.environment_state_dim,), dtype=np.float32
             ),
         }
         for camera in self.cameras:
@@ -97,6 +101,15 @@ class ArmEnv(gym.Env):
                 0, 255, shape=(*self.image_size, 3), dtype=np.uint8
             )
         self.observation_space = spaces.Dict(observation_spaces)
+
+    def _state_space(self) -> spaces.Box:
+        joints = len(ARM_JOINTS)
+        joint_range = self.controller.joint_range + [-0.1, 0.1]  # joint limits are soft in MuJoCo
+        low = np.concatenate([joint_range[:, 0], np.full(joints, -MAX_JOINT_SPEED), [0.0],
+                              np.full(3, -WORLD_EXTENT), np.full(4, -1.0)])
+        high = np.concatenate([joint_range[:, 1], np.full(joints, MAX_JOINT_SPEED), [0.11],
+                               np.full(3, WORLD_EXTENT), np.full(4, 1.0)])
+        return spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
 
     # ----- what a task provides -------------------------------------------------
     def objects_xml(self) -> str:
