@@ -2,9 +2,16 @@
 
 Importing ``sim`` registers the gymnasium envs ``robofleet/Reach-v0``,
 ``robofleet/Push-v0`` and ``robofleet/PickPlace-v0``.
+
+Importing it first also selects headless EGL rendering (``MUJOCO_GL=egl``) unless the
+variable is set: MuJoCo reads it once, when ``mujoco`` is first imported.
 """
 
-import gymnasium as gym
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import gymnasium as gym  # noqa: E402
 
 from sim.envs.pick_place import PickPlaceEnv
 from sim.envs.push import PushEnv

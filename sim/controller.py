@@ -28,6 +28,7 @@ MAX_POSITION_STEP = 0.02  # metres per control step at |action| = 1
 MAX_YAW_STEP = 0.15  # radians per control step at |action| = 1
 IK_DAMPING = 0.05
 IK_ITERATIONS = 3
+IK_TOLERANCE = 1e-4  # metres / radians: stop iterating below this pose error
 POSITION_LEASH = 0.05  # metres the target may lead the measured end-effector
 YAW_LEASH = 0.3  # radians
 GRIPPER_OPEN = 0.05  # finger joint target when open, metres from the centre line
@@ -36,11 +37,6 @@ GRIPPER_OPEN = 0.05  # finger joint target when open, metres from the centre lin
 def yaw_of(rotation: np.ndarray) -> float:
     """Heading of the tool's x axis in the world xy-plane."""
     return float(np.arctan2(rotation[1, 0], rotation[0, 0]))
-
-
-def rotation_error(current: np.ndarray, desired: np.ndarray) -> np.ndarray:
-    """Axis-angle-like error that rotates ``current`` towards ``desired`` (both 3x3)."""
-    return 0.5 * np.cross(current.T, desired.T).sum(axis=0)
 
 
 class ArmController:
@@ -58,8 +54,10 @@ class ArmController:
         self.arm_actuators = np.array([model.actuator(name).id for name in ARM_JOINTS])
         self.gripper_actuator = model.actuator("gripper").id
         self.site_id = model.site("ee").id
-        self._jacp = np.zeros((3, model.nv))
-        self._jacr = np.zeros((3, model.nv))
+        self._jacobian = np.zeros((6, model.nv))
+        self._error = np.zeros(6)
+        self._site_quat = np.zeros(4)
+        self._local_rotation = np.zeros(3)
         self._scratch = mujoco.MjData(model)  # kinematics of candidate joint targets
         self.target_position = np.zeros(3)
         self.target_yaw = 0.0
@@ -100,19 +98,21 @@ class ArmController:
 
     def _solve_ik(self, q: np.ndarray) -> np.ndarray:
         """Joint positions near ``q`` that put the end-effector at the target pose."""
-        cos, sin = np.cos(self.target_yaw), np.sin(self.target_yaw)
-        desired_rotation = np.array([[cos, -sin, 0.0], [sin, cos, 0.0], [0.0, 0.0, 1.0]])
-        scratch = self._scratch
+        half_yaw = 0.5 * self.target_yaw
+        desired_quat = np.array([np.cos(half_yaw), 0.0, 0.0, np.sin(half_yaw)])  # pointing down, yawed
+        scratch, error = self._scratch, self._error
         for _ in range(IK_ITERATIONS):
             scratch.qpos[self.qpos_idx] = q
             mujoco.mj_kinematics(self.model, scratch)
             mujoco.mj_comPos(self.model, scratch)
-            rotation = scratch.site_xmat[self.site_id].reshape(3, 3)
-            error = np.concatenate(
-                [self.target_position - scratch.site_xpos[self.site_id], rotation_error(rotation, desired_rotation)]
-            )
-            mujoco.mj_jacSite(self.model, scratch, self._jacp, self._jacr, self.site_id)
-            jacobian = np.vstack([self._jacp[:, self.dof_idx], self._jacr[:, self.dof_idx]])
+            error[:3] = self.target_position - scratch.site_xpos[self.site_id]
+            mujoco.mju_mat2Quat(self._site_quat, scratch.site_xmat[self.site_id])
+            mujoco.mju_subQuat(self._local_rotation, desired_quat, self._site_quat)  # in the site's frame
+            mujoco.mju_rotVecQuat(error[3:], self._local_rotation, self._site_quat)  # in the world frame
+            if np.abs(error).max() < IK_TOLERANCE:
+                break
+            mujoco.mj_jacSite(self.model, scratch, self._jacobian[:3], self._jacobian[3:], self.site_id)
+            jacobian = self._jacobian[:, self.dof_idx]
             damped = jacobian @ jacobian.T + IK_DAMPING**2 * np.eye(6)
             q = np.clip(q + jacobian.T @ np.linalg.solve(damped, error), *self.joint_range.T)
         return q

@@ -110,6 +110,17 @@ def test_actuator_gains_change_tracking():
     assert _step_response(1.25) > 1.05 * _step_response(0.8)
 
 
+@pytest.mark.parametrize("robot_id", [0, 1, 2])
+def test_a_cube_left_alone_stays_at_rest(robot_id):
+    """Contact stability at our 5 ms timestep: no creep, no sinking, at every site."""
+    env = gym.make("robofleet/Push-v0", profile=sim.make_robot(robot_id)).unwrapped
+    env.reset(seed=0)
+    start = env.object_position.copy()
+    for _ in range(40):  # 2 s
+        env.step(np.array([0, 0, 0, 0, -1], dtype=np.float32))
+    np.testing.assert_allclose(env.object_position, start, atol=2e-4)
+
+
 def test_table_height_moves_the_cube():
     low = gym.make("robofleet/Push-v0", profile=_profile(table_height=-0.04)).unwrapped
     high = gym.make("robofleet/Push-v0", profile=_profile(table_height=0.04)).unwrapped

@@ -1,0 +1,70 @@
+"""What every benchmark shares: machine facts, the JSON result, the markdown table."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from sim.cli import code_version
+
+BENCHMARKS = Path(__file__).resolve().parent
+RESULTS = BENCHMARKS / "results"
+TABLES = BENCHMARKS / "README.md"
+
+
+def machine_facts() -> dict:
+    """Cores, CPU, library versions and device: enough to compare two result files."""
+    import mujoco
+    import torch
+
+    return {
+        "cores": os.cpu_count(),
+        "cpu": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "mujoco": mujoco.__version__,
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        "code_version": code_version(),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def rate(step: Callable[[], object], seconds: float, warmup: int = 20) -> float:
+    """Calls of ``step`` per second, timed for about ``seconds`` after ``warmup`` calls."""
+    for _ in range(warmup):
+        step()
+    calls, start = 0, time.perf_counter()
+    while True:
+        for _ in range(50):
+            step()
+        calls += 50
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return calls / elapsed
+
+
+def write_results(name: str, result: dict, results_dir: Path = RESULTS) -> Path:
+    results_dir.mkdir(parents=True, exist_ok=True)
+    path = results_dir / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path
+
+
+def append_table_rows(name: str, header: list[str], rows: list[list], tables: Path = TABLES) -> None:
+    """Append rows to the markdown table of benchmark ``name`` in benchmarks/README.md.
+
+    The table lives between ``<!-- name:start -->`` and ``<!-- name:end -->``; it is
+    created (with ``header``) at the end of the file the first time.
+    """
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    text = tables.read_text() if tables.exists() else "# Benchmarks\n"
+    if start not in text:
+        rule = "|" + "|".join("---" for _ in header) + "|"
+        text = text.rstrip("\n") + f"\n\n### {name}\n\n{start}\n| " + " | ".join(header) + f" |\n{rule}\n{end}\n"
+    lines = "".join("| " + " | ".join(str(cell) for cell in row) + " |\n" for row in rows)
+    tables.write_text(text.replace(end, lines + end))

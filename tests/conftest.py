@@ -1,0 +1,1 @@
+import sim  # noqa: F401  (first: selects headless MuJoCo rendering before any test imports mujoco)
