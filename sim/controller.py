@@ -58,6 +58,8 @@ class ArmController:
         self._error = np.zeros(6)
         self._site_quat = np.zeros(4)
         self._local_rotation = np.zeros(3)
+        self._step = np.zeros(6)
+        self._damping = IK_DAMPING**2 * np.eye(6)
         self._scratch = mujoco.MjData(model)  # kinematics of candidate joint targets
         self.target_position = np.zeros(3)
         self.target_yaw = 0.0
@@ -113,6 +115,8 @@ class ArmController:
                 break
             mujoco.mj_jacSite(self.model, scratch, self._jacobian[:3], self._jacobian[3:], self.site_id)
             jacobian = self._jacobian[:, self.dof_idx]
-            damped = jacobian @ jacobian.T + IK_DAMPING**2 * np.eye(6)
-            q = np.clip(q + jacobian.T @ np.linalg.solve(damped, error), *self.joint_range.T)
+            damped = jacobian @ jacobian.T + self._damping
+            mujoco.mju_cholFactor(damped, 0.0)  # symmetric positive definite: Cholesky is enough
+            mujoco.mju_cholSolve(self._step, damped, error)
+            q = np.clip(q + jacobian.T @ self._step, *self.joint_range.T)
         return q

@@ -15,13 +15,13 @@ class CubeEnv(ArmEnv):
 
     environment_state_dim = 10
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        start = self.model.jnt_qposadr[self.model.joint("object").id]
+        self.object_qpos = slice(start, start + 7)  # position (3) and quaternion (4) of the free joint
+
     def objects_xml(self) -> str:
         return cube_body_xml("object", self.profile)
-
-    @property
-    def object_qpos(self) -> slice:
-        start = self.model.jnt_qposadr[self.model.joint("object").id]
-        return slice(start, start + 7)
 
     @property
     def object_position(self) -> np.ndarray:
