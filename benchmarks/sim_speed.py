@@ -13,7 +13,7 @@ per second is ``mj_step / frame_skip``; ``efficiency`` is the fraction of that l
 the env reaches. Writes benchmarks/results/sim_speed.json and appends to the table in
 benchmarks/README.md.
 
-    python -m benchmarks.sim_speed [--seconds 3] [--tasks reach push pick_place]
+    python -m benchmarks.sim_speed [--seconds 3] [--tasks reach push pick_place stack]
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def measure_task(task: str, seconds: float) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=3.0, help="timing window per measurement")
-    parser.add_argument("--tasks", nargs="+", default=["reach", "push", "pick_place"])
+    parser.add_argument("--tasks", nargs="+", default=["reach", "push", "pick_place", "stack"])
     parser.add_argument("--results-dir", type=Path, default=RESULTS)
     parser.add_argument("--tables", type=Path, default=TABLES)
     args = parser.parse_args(argv)

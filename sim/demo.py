@@ -18,7 +18,7 @@ from sim.tasks import resolve_task
 
 @dataclass
 class DemoConfig:
-    tasks: tuple[str, ...] = field(default=("reach", "push", "pick_place"), metadata={"help": "tasks to run"})
+    tasks: tuple[str, ...] = field(default=("reach", "push", "pick_place", "stack"), metadata={"help": "tasks to run"})
     robots: int = field(default=6, metadata={"help": "fleet size"})
     episodes: int = field(default=3, metadata={"help": "episodes per robot and task"})
     seed: int = field(default=0, metadata={"help": "fleet seed"})

@@ -137,6 +137,10 @@ class PickPlaceExpert(_CubeExpert):
 
     GRASP_STEPS = 6
 
+    def _carry_height(self) -> float:
+        """Height of the cube's centre while it travels: clear of the table."""
+        return self.table + 2 * self.half + 0.03
+
     def __call__(self, observation: dict) -> np.ndarray:
         self._parse(observation)
         hover = np.array([*self.cube[:2], self.cube[2] + self.half + self.clearance])
@@ -166,7 +170,7 @@ class PickPlaceExpert(_CubeExpert):
             return self._move(grasp_point, gripper=1.0)
 
         in_hand_offset = self.ee - self.cube
-        lift_z = self.table + 2 * self.half + 0.03
+        lift_z = self._carry_height()
         if self.phase == "lift":
             if self.cube[2] > lift_z - self.half - 0.005:
                 self.phase = "carry"
@@ -177,3 +181,34 @@ class PickPlaceExpert(_CubeExpert):
         if np.linalg.norm(self.goal[:2] - self.cube[:2]) > 0.02:
             target[2] = max(target[2], lift_z + in_hand_offset[2])
         return self._move(target, gain=0.7, gripper=1.0)
+
+
+class StackExpert(PickPlaceExpert):
+    """Picks the top cube, carries it over the base cube, sets it down, lets go, backs off.
+
+    The place goal is the base cube's top, read from the observation every step.
+    """
+
+    RELEASE_STEPS = 4
+
+    def _parse(self, observation: dict) -> None:
+        ScriptedExpert._parse(self, observation)
+        self.cube = self.env_state[:3]
+        self.cube_yaw = _yaw_from_quaternion(self.env_state[3:7])
+        self.goal = self.env_state[7:10] + [0.0, 0.0, 2 * self.half + 0.004]
+
+    def _carry_height(self) -> float:
+        return self.table + 3 * self.half + 0.03  # the moving cube clears the base cube
+
+    def __call__(self, observation: dict) -> np.ndarray:
+        self._parse(observation)
+        if self.phase == "carry" and np.linalg.norm(self.cube - self.goal) < 0.006:
+            self.phase, self.release_count = "release", 0
+        if self.phase == "release":
+            self.release_count += 1
+            if self.release_count >= self.RELEASE_STEPS:
+                self.phase = "retreat"
+            return self._move(self.ee, gripper=-1.0)
+        if self.phase == "retreat":
+            return self._move(self.ee + [0.0, 0.0, 0.05], gripper=-1.0)
+        return super().__call__(observation)

@@ -69,6 +69,7 @@ BUILTIN_TASKS: dict[str, TaskSpec] = {
         TaskSpec("reach", "robofleet/Reach-v0", experts.ReachExpert),
         TaskSpec("push", "robofleet/Push-v0", experts.PushExpert),
         TaskSpec("pick_place", "robofleet/PickPlace-v0", experts.PickPlaceExpert),
+        TaskSpec("stack", "robofleet/Stack-v0", experts.StackExpert),
     )
 }
 

@@ -35,7 +35,7 @@ def test_gymnasium_env_checker_passes(env_id, cameras):
     env.close()
 
 
-@pytest.mark.parametrize("task", ["reach", "push", "pick_place"])
+@pytest.mark.parametrize("task", ["reach", "push", "pick_place", "stack"])
 def test_same_seed_gives_the_same_trajectory(task):
     spec = sim.resolve_task(task)
     profile = sim.make_robot(4)

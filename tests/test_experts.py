@@ -13,7 +13,7 @@ ROBOTS = sim.make_fleet(9, seed=0)  # three robots from each site
 EPISODES = 3
 
 
-@pytest.mark.parametrize("task", ["reach", "push", "pick_place"])
+@pytest.mark.parametrize("task", ["reach", "push", "pick_place", "stack"])
 def test_expert_succeeds_at_every_site(task):
     spec = sim.resolve_task(task)
     success = defaultdict(list)

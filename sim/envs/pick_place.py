@@ -12,17 +12,11 @@ AIR_GOAL_PROBABILITY = 0.5
 class PickPlaceEnv(CubeEnv):
     """Grasp a cube and bring its centre to a goal that is either in the air or on the table.
 
-    ## Action space
-    As ``robofleet/Reach-v0``: ``Box(-1, 1, (5,))`` end-effector displacement
-    (2 cm per step), yaw change (0.15 rad per step) and gripper (-1 open, +1 closed);
-    or ``Box(-1, 1, (7,))`` with ``control_mode="joint_pos"``.
-
-    ## Observation space
-    | key                              | shape     | content                                            |
-    |----------------------------------|-----------|----------------------------------------------------|
-    | observation.state                | (20,)     | joints, gripper, end-effector pose (``sim.envs.base``) |
-    | observation.environment_state    | (10,)     | cube position (3), cube quaternion w,x,y,z (4), goal position (3) |
-    | observation.images.<camera>      | (H, W, 3) | uint8 RGB, only for requested cameras              |
+    ## Action and observation spaces
+    As ``robofleet/Push-v0``: the 5-D end-effector action (or 7-D with
+    ``control_mode="joint_pos"``); ``observation.state`` (20), and
+    ``observation.environment_state`` (10) = cube position (3), cube quaternion
+    w,x,y,z (4), goal position (3); images only for requested cameras.
 
     ## Reward
     Minus (cube-to-goal distance + 0.5 x gripper-to-cube distance), metres.

@@ -1,0 +1,26 @@
+"""The benchmark scripts run and write their JSON and table rows (figures are not asserted)."""
+
+import json
+
+from benchmarks import expert_success, sim_speed
+
+
+def test_sim_speed_writes_results_and_a_table_row(tmp_path):
+    tables = tmp_path / "README.md"
+    sim_speed.main(["--seconds", "0.05", "--tasks", "reach", "--results-dir", str(tmp_path), "--tables", str(tables)])
+    result = json.loads((tmp_path / "sim_speed.json").read_text())
+    figures = result["tasks"][0]
+    assert figures["task"] == "reach" and figures["frame_skip"] == 10
+    assert abs(figures["physics_limit_control_steps_per_s"] - figures["mj_step_per_s"] / 10) <= 1
+    assert {"cores", "torch", "device", "code_version"} <= set(result["machine"])
+    assert "| reach |" in tables.read_text()
+
+
+def test_expert_success_counts_every_episode(tmp_path):
+    tables = tmp_path / "README.md"
+    result = expert_success.main(["--robots", "3", "--episodes", "1", "--tasks", "reach",
+                                  "--results-dir", str(tmp_path), "--tables", str(tables)])
+    reach = result["tasks"]["reach"]
+    assert reach["episodes"] == 3 and set(reach["per_site_pc_success"]) == {"office", "warehouse", "factory"}
+    assert json.loads((tmp_path / "expert_success.json").read_text())["tasks"]["reach"] == reach
+    assert "| reach | 3 x 1 |" in tables.read_text()
