@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from sim.cli import parse_config
+from sim.cli import fail, parse_config
 from sim.fleet import episode_seed, make_fleet
 from sim.rollout import run_episode
 from sim.tasks import resolve_task
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         results = run_demo(config)
     except ValueError as error:
-        raise SystemExit(f"error: {error}") from None
+        fail(str(error))
     print_report(config, results)
 
 
