@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tables", type=Path, default=TABLES)
     args = parser.parse_args(argv)
 
-    config = DemoConfig(tasks=tuple(args.tasks), robots=args.robots, episodes=args.episodes, seed=args.seed)
+    config = DemoConfig(tasks=tuple(args.tasks), robots=args.robots, episodes=args.episodes, seed=args.seed, quiet=True)
     start = time.perf_counter()
     results = run_demo(config)
     wall = time.perf_counter() - start
