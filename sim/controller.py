@@ -66,8 +66,14 @@ class ArmController:
         self.joint_target = np.zeros(len(ARM_JOINTS))
 
     @property
+    def action_names(self) -> tuple[str, ...]:
+        if self.mode == "ee_delta":
+            return ("ee_dx", "ee_dy", "ee_dz", "ee_dyaw", "gripper")
+        return (*(f"{joint}_target" for joint in ARM_JOINTS), "gripper")
+
+    @property
     def action_dim(self) -> int:
-        return 5 if self.mode == "ee_delta" else len(ARM_JOINTS) + 1
+        return len(self.action_names)
 
     def apply(self, action: np.ndarray) -> None:
         """Set actuator targets for one control step."""

@@ -30,7 +30,13 @@ from sim.model import ARM_JOINTS, build_model
 
 CONTROL_FPS = 20
 HOME_QPOS = np.array([0.0, 0.4393, 0.2166, 0.0, -0.6559, 0.0])
-STATE_DIM = 20
+STATE_NAMES = (
+    *(f"joint{i}_pos" for i in range(1, 7)),
+    *(f"joint{i}_vel" for i in range(1, 7)),
+    "gripper_opening",
+    "ee_x", "ee_y", "ee_z", "ee_qw", "ee_qx", "ee_qy", "ee_qz",
+)
+STATE_DIM = len(STATE_NAMES)
 CAMERAS = ("front", "wrist")
 # End-effector workspace relative to the table top: (low corner, high corner).
 WORKSPACE = np.array([[0.2, -0.38, 0.008], [0.85, 0.38, 0.45]])
@@ -51,7 +57,7 @@ class ArmEnv(gym.Env):
     """Base class of the RoboFleet arm tasks. Subclasses document their own spec."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": CONTROL_FPS}
-    environment_state_dim: int  # set by each task
+    environment_state_names: tuple[str, ...]  # set by each task
     default_max_episode_steps: int
 
     def __init__(
@@ -89,7 +95,7 @@ class ArmEnv(gym.Env):
         observation_spaces = {
             "observation.state": self._state_space(),
             "observation.environment_state": spaces.Box(
-                -WORLD_EXTENT, WORLD_EXTENT, shape=(self.environment_state_dim,), dtype=np.float32
+                -WORLD_EXTENT, WORLD_EXTENT, shape=(len(self.environment_state_names),), dtype=np.float32
             ),
         }
         for camera in self.cameras:
@@ -106,6 +112,15 @@ class ArmEnv(gym.Env):
         high = np.concatenate([joint_range[:, 1], np.full(joints, MAX_JOINT_SPEED), [0.11],
                                np.full(3, WORLD_EXTENT), np.full(4, 1.0)])
         return spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
+
+    @property
+    def feature_names(self) -> dict[str, tuple[str, ...]]:
+        """Names of each dimension of the vector features, for datasets' feature dicts."""
+        return {
+            "observation.state": STATE_NAMES,
+            "observation.environment_state": self.environment_state_names,
+            "action": self.controller.action_names,
+        }
 
     # ----- what a task provides -------------------------------------------------
     def objects_xml(self) -> str:

@@ -13,7 +13,10 @@ MIN_START_TO_GOAL = 0.1  # metres between the cube's start and the goal, in the 
 class CubeEnv(ArmEnv):
     """An ``ArmEnv`` with one free cube on the table (named ``object``)."""
 
-    environment_state_dim = 10
+    environment_state_names = (
+        "object_x", "object_y", "object_z", "object_qw", "object_qx", "object_qy", "object_qz",
+        "goal_x", "goal_y", "goal_z",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

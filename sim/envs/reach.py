@@ -50,7 +50,7 @@ class ReachEnv(ArmEnv):
     (``None`` or ``"rgb_array"``), ``terminate_on_success`` (True).
     """
 
-    environment_state_dim = 3
+    environment_state_names = ("goal_x", "goal_y", "goal_z")
     default_max_episode_steps = 60
 
     def _reset_task(self) -> None:

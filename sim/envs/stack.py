@@ -44,7 +44,10 @@ class StackEnv(CubeEnv):
     As ``robofleet/Reach-v0``.
     """
 
-    environment_state_dim = 14
+    environment_state_names = (
+        "object_x", "object_y", "object_z", "object_qw", "object_qx", "object_qy", "object_qz",
+        "base_x", "base_y", "base_z", "base_qw", "base_qx", "base_qy", "base_qz",
+    )
     default_max_episode_steps = 250
 
     def __init__(self, *args, **kwargs):

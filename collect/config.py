@@ -1,0 +1,38 @@
+"""The collection config: a dataclass whose fields are the ``collect`` options."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+# Fields that change how episodes are made: a rerun into the same OUT must match them.
+# (robots and episodes may grow; workers, scheduler and output options may change freely.)
+DATA_FIELDS = ("task", "seed", "cameras", "image_size", "keep_failures")
+
+
+@dataclass
+class CollectConfig:
+    robots: int = field(default=10, metadata={"help": "fleet size: robots 0..N-1 of the fleet seed"})
+    episodes: int = field(default=20, metadata={"help": "episodes attempted per robot"})
+    task: str = field(default="pick_place", metadata={"help": "task name, env id or module:attr plug-in reference"})
+    out: str = field(default="data/fleet", metadata={"help": "output directory, one zarr store per robot"})
+    seed: int = field(default=0, metadata={"help": "fleet seed: fixes the robots and every episode seed"})
+    cameras: tuple[str, ...] = field(default=(), metadata={"help": "cameras to record, e.g. front wrist"})
+    image_size: int = field(default=96, metadata={"help": "camera image height and width"})
+    keep_failures: bool = field(default=False, metadata={"help": "also store failed episodes (else only count them)"})
+    workers: int = field(default=os.cpu_count() or 1, metadata={"help": "local worker processes"})
+    scheduler: str | None = field(default=None, metadata={"help": "address of an existing dask scheduler"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing collection in OUT"})
+    flush_frames: int = field(default=2048, metadata={"help": "frames a worker buffers before committing"})
+    quiet: bool = field(default=False, metadata={"help": "no progress bar and no summary"})
+
+    def __post_init__(self):
+        for name in ("robots", "episodes", "workers", "image_size", "flush_frames"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        self.cameras = tuple(self.cameras)
+
+    def data_config(self) -> dict:
+        """The fields that determine the data (stored in the manifest and every shard)."""
+        values = asdict(self)
+        return {name: list(values[name]) if name == "cameras" else values[name] for name in DATA_FIELDS}

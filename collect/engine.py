@@ -1,0 +1,145 @@
+"""Runs a collection on dask: one task per robot, progress, retries, summary.
+
+By default the work runs on a ``LocalCluster`` of worker processes (one per core);
+with ``--scheduler`` it runs on any existing cluster through the same code path.
+Each robot is one task that writes only its own store, so there is never more than
+one writer per shard. Tasks are retried when they raise, and dask reschedules the
+task of a worker that dies (up to ``distributed.scheduler.allowed-failures`` times);
+either way the retry resumes from the store's last commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from distributed import Client, LocalCluster, as_completed
+from tqdm import tqdm
+
+from collect.config import CollectConfig
+from collect.manifest import check_output, create_output, write_manifest
+from collect.schema import features_of
+from collect.shard import store_bytes, store_name
+from collect.worker import PROGRESS_TOPIC, RobotJob, RobotReport, collect_robot_on_worker
+from sim.cli import code_version
+from sim.fleet import make_fleet
+from sim.tasks import resolve_task
+
+TASK_RETRIES = 2
+
+
+@dataclass
+class CollectionSummary:
+    reports: list[RobotReport]
+    wall_seconds: float
+    bytes_on_disk: int
+    per_site: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def episodes(self) -> int:
+        return sum(r.kept for r in self.reports)
+
+    @property
+    def frames(self) -> int:
+        return sum(r.frames for r in self.reports)
+
+    @property
+    def steps(self) -> int:
+        return sum(r.steps for r in self.reports)
+
+    def format(self) -> str:
+        lines = [f"{'site':10s} {'kept':>7s} {'failed':>7s} {'frames':>9s}"]
+        for site, counts in sorted(self.per_site.items()):
+            lines.append(f"{site:10s} {counts['kept']:7d} {counts['failed']:7d} {counts['frames']:9d}")
+        rate = self.steps / self.wall_seconds if self.wall_seconds > 0 else 0.0
+        lines.append(
+            f"{len(self.reports)} robots, {self.episodes} episodes, {self.frames} frames, "
+            f"{self.bytes_on_disk / 1e6:.1f} MB, {self.wall_seconds:.1f} s, {rate:.0f} steps/s"
+        )
+        return "\n".join(lines)
+
+
+@contextmanager
+def dask_client(config: CollectConfig) -> Iterator[Client]:
+    """A client of the given scheduler, or of a fresh LocalCluster of processes."""
+    if config.scheduler:
+        try:
+            client = Client(config.scheduler, timeout="5s")
+        except (OSError, TimeoutError) as error:
+            raise ValueError(f"cannot reach dask scheduler {config.scheduler}: {error}") from None
+        with client:
+            yield client
+        return
+    cluster = LocalCluster(
+        n_workers=config.workers, threads_per_worker=1, processes=True,
+        dashboard_address=None, silence_logs=logging.ERROR,
+    )
+    with cluster, Client(cluster) as client:
+        yield client
+
+
+class _Progress:
+    """A tqdm bar of settled episodes fed by the workers' progress events."""
+
+    def __init__(self, total: int, initial: dict[int, int], quiet: bool):
+        self.settled = dict(initial)
+        self.lock = threading.Lock()
+        self.bar = tqdm(total=total, initial=sum(initial.values()), desc="episodes", unit="ep", disable=quiet)
+
+    def on_event(self, event) -> None:
+        _, message = event
+        with self.lock:
+            self.settled[message["robot"]] = message["settled"]
+            self.bar.n = sum(self.settled.values())
+            self.bar.refresh()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def run_collection(config: CollectConfig) -> CollectionSummary:
+    """Collect every robot's missing episodes into ``config.out``; resumable."""
+    spec = resolve_task(config.task)
+    fleet = make_fleet(config.robots, config.seed)
+    probe = spec.make_env(fleet[0], cameras=config.cameras, image_size=config.image_size) if config.cameras else spec.make_env(fleet[0])
+    features, fps = features_of(probe), int(probe.metadata.get("render_fps", 0))
+    probe.close()
+
+    out = Path(config.out)
+    check_output(out, config, features)
+    attrs = {"task": spec.name, "env_id": spec.env_id, "fps": fps, "code_version": code_version(),
+             "data_config": config.data_config()}
+    jobs = [
+        RobotJob(str(out / store_name(p.robot_id)), p.to_dict(), config.task, config.seed, config.episodes,
+                 config.cameras, config.image_size, config.keep_failures, config.flush_frames, attrs)
+        for p in fleet
+    ]
+
+    reports: list[RobotReport] = []
+    with dask_client(config) as client:
+        started = time.perf_counter()
+        progress = _Progress(config.robots * config.episodes, create_output(out, config), config.quiet)
+        write_manifest(out, config, spec, features, fps, fleet)
+        client.subscribe_topic(PROGRESS_TOPIC, progress.on_event)
+        futures = [client.submit(collect_robot_on_worker, job, retries=TASK_RETRIES, pure=False) for job in jobs]
+        try:
+            for future in as_completed(futures):
+                reports.append(future.result())
+        finally:
+            client.cancel(futures)
+            client.unsubscribe_topic(PROGRESS_TOPIC)
+            progress.close()
+            write_manifest(out, config, spec, features, fps, fleet)
+
+    per_site: dict[str, dict[str, int]] = defaultdict(lambda: {"kept": 0, "failed": 0, "frames": 0})
+    for report in reports:
+        for key in ("kept", "failed", "frames"):
+            per_site[report.site][key] += getattr(report, key)
+    reports.sort(key=lambda r: r.robot_id)
+    return CollectionSummary(reports, time.perf_counter() - started, store_bytes(out), dict(per_site))

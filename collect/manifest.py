@@ -1,0 +1,99 @@
+"""OUT/manifest.json and the checks made before anything is written to OUT.
+
+The manifest is rewritten atomically (temp file + ``os.replace``) at the start and
+at the end of every run, so it always parses. Its per-robot counts are read from the
+stores' committed episodes, never from what a run meant to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from collect.config import CollectConfig
+from collect.shard import SCHEMA_VERSION, read_progress, store_name
+from sim.cli import code_version
+from sim.fleet import RobotProfile
+from sim.tasks import TaskSpec
+
+MANIFEST = "manifest.json"
+
+
+def write_json_atomic(path: Path, content: dict) -> None:
+    """Write JSON so that readers see the old file or the new one, never half of one."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(handle, "w") as file:
+        json.dump(content, file, indent=2)
+        file.write("\n")
+    os.replace(temporary, path)
+
+
+def _check_compatible(out: Path, config: CollectConfig, features: dict) -> None:
+    existing = json.loads((out / MANIFEST).read_text())
+    expected = {"schema_version": SCHEMA_VERSION, **config.data_config(), "features": features}
+    found = {"schema_version": existing.get("schema_version"), **existing.get("data_config", {}),
+             "features": existing.get("features")}
+    for key, value in expected.items():
+        if found.get(key) != value:
+            shown = "(differs)" if key == "features" else f"{found.get(key)!r}, not {value!r}"
+            raise ValueError(f"{out} holds a different collection: its {key} is {shown}; use --overwrite or another --out")
+
+
+def check_output(out: Path, config: CollectConfig, features: dict) -> None:
+    """Refuse an OUT that is a file, holds something else, or holds a different collection.
+
+    Reads only: nothing is written before every check has passed.
+    """
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a directory")
+    has_content = out.is_dir() and any(out.iterdir())
+    if has_content and not (out / MANIFEST).exists():
+        raise ValueError(f"--out {out} is not empty and is not a RoboFleet collection; refusing to write there")
+    if has_content and not config.overwrite:
+        _check_compatible(out, config, features)
+
+
+def create_output(out: Path, config: CollectConfig) -> dict[int, int]:
+    """Create (or, with --overwrite, clear) OUT; return the episodes already settled per robot."""
+    if config.overwrite and out.is_dir():
+        shutil.rmtree(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as error:
+        raise ValueError(f"cannot write to --out {out}: {error.strerror}") from None
+    settled = {}
+    for robot_id in range(config.robots):
+        progress = read_progress(out / store_name(robot_id))
+        settled[robot_id] = sum(index < config.episodes for index in progress.settled_indices)
+    return settled
+
+
+def write_manifest(out: Path, config: CollectConfig, spec: TaskSpec, features: dict, fps: int,
+                   fleet: list[RobotProfile]) -> None:
+    """(Re)write OUT/manifest.json from the stores that are on disk now."""
+    sites = {profile.robot_id: profile.site for profile in fleet}
+    robots = {}
+    for path in sorted(out.glob("robot_*.zarr")):
+        progress = read_progress(path)
+        robot_id = int(path.stem.split("_")[1])
+        robots[str(robot_id)] = {"site": progress.site or sites.get(robot_id), "episodes": progress.episodes,
+                                 "frames": progress.frames, "failed": len(progress.failed_indices)}
+    write_json_atomic(out / MANIFEST, {
+        "schema_version": SCHEMA_VERSION,
+        "task": {"name": spec.name, "env_id": spec.env_id},
+        "fps": fps,
+        "seed": config.seed,
+        "data_config": config.data_config(),
+        "collect_config": {**config.__dict__, "cameras": list(config.cameras)},
+        "code_version": code_version(),
+        "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "features": features,
+        "totals": {"robots": len(robots), "episodes": sum(r["episodes"] for r in robots.values()),
+                   "frames": sum(r["frames"] for r in robots.values())},
+        "robots": robots,
+    })

@@ -1,0 +1,204 @@
+"""One robot's zarr store (a shard): the on-disk format and its only writer.
+
+Layout of ``OUT/robot_0042.zarr`` (zarr v3), in the style of diffusion_policy's
+ReplayBuffer:
+
+    data/<feature>        every frame of every committed episode, concatenated in time
+    meta/episode_ends     int64, cumulative frame count after each episode (fill 0)
+    meta/episode_index    int64, the episode's attempt index for this robot
+    meta/episode_seed     int64, the reset seed (a pure function of fleet seed, robot, index)
+    meta/episode_success  bool
+    meta/episode_length   int64
+    attrs                 schema_version, task, env_id, fps, profile, features,
+                          failed_episodes (attempts dropped as failures)
+
+Beside it, the hidden ``OUT/.robot_0042.zarr.lock`` is the writer's lock file.
+
+**Commit protocol.** Episodes are committed in batches, and each one only becomes
+visible when complete. The data arrays and the other meta arrays are written
+first. ``meta/episode_ends`` is written last, and its new entries are the commit.
+Every key write of zarr's LocalStore is atomic (temp file + rename), but resizing
+an array writes its metadata before its chunk. So a reader trusts only the leading
+run of strictly increasing positive ``episode_ends``: a trailing 0 is an episode
+mid-commit. On open the writer cuts away anything past the last commit.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import zarr
+from zarr.codecs import BloscCodec, ZstdCodec
+
+SCHEMA_VERSION = 1
+FRAMES_PER_CHUNK = 1024  # low-dim features: ~80 KB chunks; a training window reads one or two
+IMAGE_FRAMES_PER_CHUNK = 32  # 96x96x3 images: ~0.9 MB chunks before compression
+META_CHUNK = 4096
+META_FIELDS = ("episode_index", "episode_seed", "episode_success", "episode_length")
+
+
+def store_name(robot_id: int) -> str:
+    return f"robot_{robot_id:04d}.zarr"
+
+
+def committed_count(episode_ends: np.ndarray) -> int:
+    """Number of committed episodes: the leading run of strictly increasing positive ends."""
+    if len(episode_ends) == 0:
+        return 0
+    valid = (episode_ends > 0) & (np.diff(episode_ends, prepend=0) > 0)
+    return len(episode_ends) if valid.all() else int(np.argmin(valid))
+
+
+def storage_dtype(feature: dict) -> np.dtype:
+    """The numpy dtype a LeRobot-style feature is stored with (images are uint8)."""
+    return np.dtype("uint8" if feature["dtype"] in ("image", "video") else feature["dtype"])
+
+
+def _array_layout(feature: dict) -> dict:
+    """Chunks and compressor for a feature: time-chunked, images with blosc-zstd."""
+    shape = tuple(feature["shape"])
+    if feature["dtype"] in ("image", "video"):
+        codec = BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")
+        return {"chunks": (IMAGE_FRAMES_PER_CHUNK, *shape), "compressors": codec}
+    return {"chunks": (FRAMES_PER_CHUNK, *shape), "compressors": ZstdCodec(level=3)}
+
+
+@dataclass
+class EpisodeRecord:
+    """A finished episode waiting to be committed."""
+
+    index: int
+    seed: int
+    success: bool
+    frames: dict[str, np.ndarray]
+
+    @property
+    def length(self) -> int:
+        return len(next(iter(self.frames.values())))
+
+
+class ShardWriter:
+    """The single writer of one robot's store. Use as a context manager.
+
+    Opening takes an exclusive ``flock`` on ``.robot_NNNN.zarr.lock`` beside the store
+    (released by the kernel if the process dies, even by ``kill -9``), creates the
+    store if needed, and removes any uncommitted tail.
+    """
+
+    def __init__(self, path: Path, attrs: dict, features: dict[str, dict]):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = open(self.path.parent / f".{self.path.name}.lock", "w")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise RuntimeError(f"{self.path} is being written by another process") from None
+        if not self.path.exists():
+            self._create(attrs, features)
+        self.root = zarr.open_group(self.path, mode="a")
+        self.data = self.root["data"]
+        self.meta = self.root["meta"]
+        self._cut_uncommitted_tail()
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        fcntl.flock(self._lock, fcntl.LOCK_UN)
+        self._lock.close()
+
+    def _create(self, attrs: dict, features: dict[str, dict]) -> None:
+        """Build the empty store aside, then rename it into place: readers never see half of it."""
+        building = self.path.parent / f".{self.path.name}.creating"
+        if building.exists():
+            shutil.rmtree(building)  # left by a writer that died while creating
+        root = zarr.open_group(building, mode="w")
+        data = root.require_group("data")
+        for name, feature in features.items():
+            data.create_array(name, shape=(0, *feature["shape"]), dtype=storage_dtype(feature), **_array_layout(feature))
+        meta = root.require_group("meta")
+        meta.create_array("episode_ends", shape=(0,), chunks=(META_CHUNK,), dtype="int64", fill_value=0)
+        for name in META_FIELDS:
+            meta.create_array(name, shape=(0,), chunks=(META_CHUNK,), dtype="bool" if name == "episode_success" else "int64")
+        root.attrs.update({**attrs, "schema_version": SCHEMA_VERSION, "features": features, "failed_episodes": []})
+        os.rename(building, self.path)
+
+    def _cut_uncommitted_tail(self) -> None:
+        ends = self.meta["episode_ends"][:]
+        count = committed_count(ends)
+        frames = int(ends[count - 1]) if count else 0
+        for array in self.data.array_values():
+            if array.shape[0] != frames:
+                array.resize((frames, *array.shape[1:]))
+        for name in ("episode_ends", *META_FIELDS):
+            if self.meta[name].shape[0] != count:
+                self.meta[name].resize((count,))
+        self.num_episodes, self.num_frames = count, frames
+
+    def done_indices(self) -> set[int]:
+        """Attempt indices already settled: committed episodes plus recorded failures."""
+        committed = self.meta["episode_index"][: self.num_episodes].tolist()
+        return set(committed) | set(self.root.attrs["failed_episodes"])
+
+    def commit(self, episodes: list[EpisodeRecord], failed_indices: list[int]) -> None:
+        """Append complete episodes, then make them visible by writing their ends last."""
+        if episodes:
+            for name, array in self.data.arrays():
+                array.append(np.concatenate([episode.frames[name] for episode in episodes]), axis=0)
+            lengths = np.array([episode.length for episode in episodes], dtype=np.int64)
+            self.meta["episode_index"].append(np.array([e.index for e in episodes], dtype=np.int64))
+            self.meta["episode_seed"].append(np.array([e.seed for e in episodes], dtype=np.int64))
+            self.meta["episode_success"].append(np.array([e.success for e in episodes], dtype=bool))
+            self.meta["episode_length"].append(lengths)
+        if failed_indices:
+            self.root.attrs["failed_episodes"] = sorted({*self.root.attrs["failed_episodes"], *failed_indices})
+        if episodes:
+            self.meta["episode_ends"].append(self.num_frames + np.cumsum(lengths))  # the commit
+            self.num_episodes += len(episodes)
+            self.num_frames += int(lengths.sum())
+
+
+def store_bytes(path: Path) -> int:
+    """Bytes on disk under ``path``."""
+    return sum(entry.stat().st_size for entry in Path(path).rglob("*") if entry.is_file())
+
+
+
+@dataclass
+class ShardProgress:
+    """What a store holds right now, read without taking the writer's lock."""
+
+    episodes: int = 0
+    frames: int = 0
+    site: str | None = None
+    settled_indices: frozenset[int] = frozenset()
+    failed_indices: frozenset[int] = frozenset()
+
+
+def read_progress(path: Path) -> ShardProgress:
+    """Committed episodes, frames and settled attempt indices of a store (empty if absent)."""
+    if not (Path(path) / "zarr.json").exists():
+        return ShardProgress()
+    root = zarr.open_group(path, mode="r")
+    if "schema_version" not in root.attrs:
+        return ShardProgress()
+    ends = root["meta/episode_ends"][:]
+    count = committed_count(ends)
+    committed = root["meta/episode_index"][:count].tolist()
+    failed = frozenset(root.attrs.get("failed_episodes", []))
+    return ShardProgress(
+        episodes=count,
+        frames=int(ends[count - 1]) if count else 0,
+        site=root.attrs.get("profile", {}).get("site"),
+        settled_indices=frozenset(committed) | failed,
+        failed_indices=failed,
+    )

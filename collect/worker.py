@@ -1,0 +1,103 @@
+"""The unit of work: collect one robot's episodes into its own store.
+
+``collect_robot`` runs in a dask worker process. It is the only writer of its
+robot's store, skips episodes that are already settled (so a retry after a crash or
+a killed worker carries on), and reports progress as dask events.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from collect.schema import features_of
+from collect.shard import EpisodeRecord, ShardWriter, storage_dtype
+from sim.fleet import RobotProfile, episode_seed
+from sim.rollout import run_episode
+from sim.tasks import resolve_task
+
+PROGRESS_TOPIC = "robofleet.collect.progress"
+
+
+@dataclass(frozen=True)
+class RobotJob:
+    """Everything a worker needs to collect one robot's episodes (plain, picklable data)."""
+
+    store_path: str
+    profile: dict
+    task: str
+    fleet_seed: int
+    episodes: int
+    cameras: tuple[str, ...]
+    image_size: int
+    keep_failures: bool
+    flush_frames: int
+    attrs: dict  # stored on the shard: task, env id, fps, code version, data config
+
+
+@dataclass
+class RobotReport:
+    robot_id: int
+    site: str
+    kept: int  # committed episodes in the store, from this run and earlier ones
+    failed: int  # attempts dropped as failures, from this run and earlier ones
+    frames: int
+    steps: int  # env steps simulated by this run (failures included)
+    seconds: float
+
+
+def _to_features(frames: dict[str, np.ndarray], features: dict[str, dict]) -> dict[str, np.ndarray]:
+    """Cast and shape an episode's recorded columns to the stored features."""
+    length = len(frames["action"])
+    return {
+        name: frames[name].astype(storage_dtype(feature), copy=False).reshape(length, *feature["shape"])
+        for name, feature in features.items()
+    }
+
+
+def collect_robot(job: RobotJob, report_progress: Callable[[int, int], None] | None = None) -> RobotReport:
+    """Collect the missing episodes of one robot; ``report_progress(robot_id, settled)``."""
+    started = time.perf_counter()
+    profile = RobotProfile.from_dict(job.profile)
+    spec = resolve_task(job.task)
+    env = spec.make_env(profile, cameras=job.cameras, image_size=job.image_size) if job.cameras else spec.make_env(profile)
+    expert = spec.make_expert(profile)
+    features = features_of(env)
+    steps = 0
+    with ShardWriter(job.store_path, {**job.attrs, "profile": job.profile}, features) as shard:
+        settled = shard.done_indices()
+        pending, failed, buffered_frames = [], [], 0
+        for index in range(job.episodes):
+            if index in settled:
+                continue
+            seed = episode_seed(job.fleet_seed, profile.robot_id, index)
+            episode = run_episode(env, expert, seed, reset_policy=expert.reset, record=True)
+            steps += episode.length
+            if episode.success or job.keep_failures:
+                frames = _to_features(episode.frames, features)
+                pending.append(EpisodeRecord(index, seed, episode.success, frames))
+                buffered_frames += episode.length
+            if not episode.success:
+                failed.append(index)
+            settled.add(index)
+            if buffered_frames >= job.flush_frames:
+                shard.commit(pending, [] if job.keep_failures else failed)
+                pending, failed, buffered_frames = [], [], 0
+            if report_progress is not None:
+                report_progress(profile.robot_id, sum(i < job.episodes for i in settled))
+        shard.commit(pending, [] if job.keep_failures else failed)
+        kept, frames = shard.num_episodes, shard.num_frames
+        dropped = len(shard.root.attrs["failed_episodes"])
+    env.close()
+    return RobotReport(profile.robot_id, profile.site, kept, dropped, frames, steps, time.perf_counter() - started)
+
+
+def collect_robot_on_worker(job: RobotJob) -> RobotReport:
+    """``collect_robot`` as a dask task: progress goes out as events on ``PROGRESS_TOPIC``."""
+    from distributed import get_worker
+
+    worker = get_worker()
+    return collect_robot(job, lambda robot, settled: worker.log_event(PROGRESS_TOPIC, {"robot": robot, "settled": settled}))

@@ -1,0 +1,154 @@
+"""``FleetStore``: the read API of a collection directory (one zarr store per robot).
+
+``FleetStore.open(path)`` takes a snapshot of what is committed at that moment, so a
+store can be read while ``collect`` is still writing it: only complete episodes are
+visible, and they stay the same for the life of the object.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+from collect.manifest import MANIFEST
+from collect.shard import SCHEMA_VERSION, committed_count
+from sim.fleet import RobotProfile
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One robot's store as seen at open time."""
+
+    robot_id: int
+    path: Path
+    group: zarr.Group
+    episode_ends: np.ndarray  # committed ends only
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.episode_ends)
+
+    @property
+    def num_frames(self) -> int:
+        return int(self.episode_ends[-1]) if len(self.episode_ends) else 0
+
+    def bounds(self, index: int) -> tuple[int, int]:
+        if not 0 <= index < self.num_episodes:
+            raise IndexError(f"robot {self.robot_id} has {self.num_episodes} episodes, not index {index}")
+        start = int(self.episode_ends[index - 1]) if index else 0
+        return start, int(self.episode_ends[index])
+
+
+class FleetStore:
+    """Read-only view of every robot's committed episodes under one directory."""
+
+    def __init__(self, path: Path, manifest: dict | None, shards: dict[int, Shard]):
+        self.path, self.manifest, self.shards = path, manifest, shards
+
+    @classmethod
+    def open(cls, path: str | Path) -> FleetStore:
+        path = Path(path)
+        if not path.is_dir():
+            raise FileNotFoundError(f"no fleet store at {path}")
+        manifest_path = path / MANIFEST
+        manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else None
+        shards = {}
+        for store_path in sorted(path.glob("robot_*.zarr")):
+            robot_id = int(store_path.stem.split("_")[1])
+            group = zarr.open_group(store_path, mode="r")
+            ends = group["meta/episode_ends"][:]
+            shards[robot_id] = Shard(robot_id, store_path, group, ends[: committed_count(ends)])
+        return cls(path, manifest, shards)
+
+    # ----- what is in the store --------------------------------------------------------
+    @property
+    def robots(self) -> list[int]:
+        return sorted(self.shards)
+
+    @property
+    def num_episodes(self) -> int:
+        return sum(shard.num_episodes for shard in self.shards.values())
+
+    @property
+    def num_frames(self) -> int:
+        return sum(shard.num_frames for shard in self.shards.values())
+
+    @property
+    def features(self) -> dict[str, dict]:
+        if self.manifest is not None:
+            return self.manifest["features"]
+        return dict(next(iter(self.shards.values())).group.attrs["features"]) if self.shards else {}
+
+    def num_episodes_of(self, robot_id: int) -> int:
+        return self._shard(robot_id).num_episodes
+
+    def profile(self, robot_id: int) -> RobotProfile:
+        return RobotProfile.from_dict(dict(self._shard(robot_id).group.attrs["profile"]))
+
+    def _shard(self, robot_id: int) -> Shard:
+        if robot_id not in self.shards:
+            raise KeyError(f"no robot {robot_id} in {self.path}; robots: {self.robots}")
+        return self.shards[robot_id]
+
+    # ----- reading episodes ----------------------------------------------------------------
+    def episode(self, robot_id: int, index: int) -> dict[str, np.ndarray]:
+        """Every feature of one committed episode, as arrays stacked in time."""
+        shard = self._shard(robot_id)
+        start, end = shard.bounds(index)
+        return {name: array[start:end] for name, array in shard.group["data"].arrays()}
+
+    def episode_info(self, robot_id: int, index: int) -> dict:
+        """Seed, success, attempt index and length of one committed episode."""
+        shard = self._shard(robot_id)
+        shard.bounds(index)  # range check
+        meta = shard.group["meta"]
+        return {
+            "seed": int(meta["episode_seed"][index]),
+            "success": bool(meta["episode_success"][index]),
+            "index": int(meta["episode_index"][index]),
+            "length": int(meta["episode_length"][index]),
+        }
+
+    # ----- checking -----------------------------------------------------------------------------
+    def verify(self) -> list[str]:
+        """Problems found in the store, each naming the shard (empty when all is well)."""
+        problems = []
+        if self.manifest is None:
+            problems.append(f"{self.path}: no {MANIFEST}")
+        else:
+            for robot_id in self.manifest.get("robots", {}):
+                if int(robot_id) not in self.shards:
+                    problems.append(f"robot {robot_id}: shard listed in the manifest is missing")
+        for shard in self.shards.values():
+            problems.extend(f"{shard.path.name}: {problem}" for problem in _shard_problems(shard))
+        return problems
+
+
+def _shard_problems(shard: Shard) -> list[str]:
+    group, ends, count = shard.group, shard.episode_ends, shard.num_episodes
+    problems = []
+    if group.attrs.get("schema_version") != SCHEMA_VERSION:
+        problems.append(f"schema version {group.attrs.get('schema_version')}, expected {SCHEMA_VERSION}")
+    stored_ends = group["meta/episode_ends"][:]  # a fresh read: the writer may have committed more
+    valid = committed_count(stored_ends)
+    if stored_ends[valid:].any():  # after the committed run only in-flight zeros may follow
+        problems.append(f"episode_ends are not increasing after episode {valid - 1}")
+    for name, array in group["meta"].arrays():
+        if array.shape[0] < count:
+            problems.append(f"meta/{name} has {array.shape[0]} entries for {count} episodes")
+    if count:
+        lengths = group["meta/episode_length"][:count]
+        mismatched = np.flatnonzero(lengths != np.diff(ends, prepend=0))
+        if len(mismatched):
+            problems.append(f"episode {mismatched[0]}: length {lengths[mismatched[0]]} disagrees with episode_ends")
+        indices = group["meta/episode_index"][:count]
+        if len(np.unique(indices)) != count:
+            problems.append("an episode index is committed twice")
+    for name, array in group["data"].arrays():
+        if array.shape[0] < shard.num_frames:
+            problems.append(f"data/{name} has {array.shape[0]} frames, episode_ends need {shard.num_frames}")
+    return problems

@@ -1,0 +1,186 @@
+"""collect: layout, manifest, atomic commits, resume, failures and bad input."""
+
+import json
+
+import numpy as np
+import pytest
+import zarr
+
+from collect.shard import FRAMES_PER_CHUNK, SCHEMA_VERSION
+from collect_helpers import assert_same_stores, interrupt, run_collect, start_collect, wait_for_episodes
+from dataset import FleetStore
+from sim.fleet import episode_seed, make_robot
+
+
+@pytest.fixture(scope="module")
+def small_fleet(tmp_path_factory):
+    """3 robots x 4 pick-place episodes, collected once for the layout tests."""
+    out = tmp_path_factory.mktemp("fleet") / "out"
+    completed = run_collect(out, "--robots", "3", "--episodes", "4", "--task", "pick_place", "--workers", "2")
+    assert completed.returncode == 0, completed.stderr
+    return out
+
+
+def test_one_store_per_robot_with_the_documented_layout(small_fleet):
+    visible = sorted(p.name for p in small_fleet.iterdir() if not p.name.startswith("."))
+    assert visible == ["manifest.json", "robot_0000.zarr", "robot_0001.zarr", "robot_0002.zarr"]
+    root = zarr.open_group(small_fleet / "robot_0001.zarr", mode="r")
+    attrs = root.attrs
+    assert attrs["schema_version"] == SCHEMA_VERSION and attrs["task"] == "pick_place" and attrs["fps"] == 20
+    assert attrs["profile"] == make_robot(1).to_dict() | {"camera_offset": list(make_robot(1).camera_offset),
+                                                          "table_rgba": list(make_robot(1).table_rgba),
+                                                          "object_rgba": list(make_robot(1).object_rgba)}
+    assert set(root["data"].array_keys()) == set(attrs["features"])
+    state = root["data/observation.state"]
+    assert state.dtype == np.float32 and state.chunks == (FRAMES_PER_CHUNK, 20)
+    assert attrs["features"]["observation.state"]["names"][0] == "joint1_pos"
+    meta = root["meta"]
+    ends = meta["episode_ends"][:]
+    assert len(ends) == 4 and np.all(np.diff(ends) > 0)
+    np.testing.assert_array_equal(meta["episode_length"][:], np.diff(ends, prepend=0))
+    np.testing.assert_array_equal(meta["episode_index"][:], [0, 1, 2, 3])
+    np.testing.assert_array_equal(meta["episode_seed"][:], [episode_seed(0, 1, i) for i in range(4)])
+    assert meta["episode_success"][:].all()
+    assert ends[-1] == state.shape[0]
+
+
+def test_manifest_records_config_counts_and_features(small_fleet):
+    manifest = json.loads((small_fleet / "manifest.json").read_text())
+    assert manifest["schema_version"] == SCHEMA_VERSION
+    assert manifest["task"] == {"name": "pick_place", "env_id": "robofleet/PickPlace-v0"}
+    assert manifest["fps"] == 20 and manifest["seed"] == 0
+    assert manifest["collect_config"]["episodes"] == 4 and manifest["code_version"]
+    store = FleetStore.open(small_fleet)
+    assert manifest["features"] == store.features
+    assert manifest["totals"] == {"robots": 3, "episodes": store.num_episodes, "frames": store.num_frames}
+    for robot in store.robots:
+        entry = manifest["robots"][str(robot)]
+        assert entry["episodes"] == store.num_episodes_of(robot) == 4
+        assert entry["site"] == make_robot(robot).site
+
+
+def test_fleet_store_reads_episodes_and_verifies_clean(small_fleet):
+    store = FleetStore.open(small_fleet)
+    assert store.robots == [0, 1, 2] and store.num_episodes == 12 and store.verify() == []
+    episode = store.episode(2, 3)
+    length = store.episode_info(2, 3)["length"]
+    assert all(len(values) == length for values in episode.values())
+    assert episode["next.success"][-1, 0] and not episode["next.success"][0, 0]
+    assert store.profile(2) == make_robot(2)
+    with pytest.raises(IndexError):
+        store.episode(2, 4)
+
+
+def test_a_concurrent_reader_only_ever_sees_complete_episodes(tmp_path):
+    out = tmp_path / "out"
+    process = start_collect(out, "--robots", "2", "--episodes", "40", "--workers", "1", "--flush-frames", "30")
+    seen_counts, snapshots = set(), []
+    wait_for_episodes(out, 1, process)
+    while process.poll() is None:
+        store = FleetStore.open(out)
+        assert store.verify() == []
+        for robot in store.robots:
+            count = store.num_episodes_of(robot)
+            if count:
+                last = store.episode(robot, count - 1)
+                assert len(last["action"]) == store.episode_info(robot, count - 1)["length"]
+                assert last["next.success"][-1, 0]  # complete: it ends in success
+                snapshots.append((robot, count - 1, last["action"].copy()))
+        seen_counts.add(store.num_episodes)
+    assert process.returncode == 0, process.stderr.read()
+    assert len(seen_counts) >= 3  # the reader really ran during the collection
+    final = FleetStore.open(out)
+    for robot, index, actions in snapshots:  # what was visible mid-run never changed
+        np.testing.assert_array_equal(final.episode(robot, index)["action"], actions)
+
+
+def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
+    arguments = ("--robots", "2", "--episodes", "24", "--workers", "1", "--flush-frames", "60", "--task", "push")
+    reference = tmp_path / "reference"
+    assert run_collect(reference, *arguments).returncode == 0
+
+    resumed = tmp_path / "resumed"
+    process = start_collect(resumed, *arguments)
+    wait_for_episodes(resumed, 2, process)
+    assert interrupt(process) == 130
+    assert "rerun the same command to resume" in process.stderr.read()
+    partial = FleetStore.open(resumed)
+    assert 0 < partial.num_episodes < 48 and partial.verify() == []
+
+    completed = run_collect(resumed, *arguments)
+    assert completed.returncode == 0, completed.stderr
+    assert_same_stores(reference, resumed)
+
+
+def test_failures_are_counted_not_kept_and_not_retried_on_resume(tmp_path):
+    out = tmp_path / "out"
+    assert run_collect(out, "--task", "toy_tasks:COIN", "--robots", "2", "--episodes", "10").returncode == 0
+    store = FleetStore.open(out)
+    for robot in store.robots:
+        infos = [store.episode_info(robot, i) for i in range(store.num_episodes_of(robot))]
+        assert all(info["success"] and info["seed"] % 2 == 0 for info in infos)
+        failed = store.manifest["robots"][str(robot)]["failed"]
+        assert failed + len(infos) == 10
+        expected_failures = sum(episode_seed(0, robot, i) % 2 for i in range(10))
+        assert failed == expected_failures
+    before = (out / "robot_0000.zarr" / "meta" / "episode_ends" / "c" / "0").stat().st_mtime_ns
+    assert run_collect(out, "--task", "toy_tasks:COIN", "--robots", "2", "--episodes", "10").returncode == 0
+    assert (out / "robot_0000.zarr" / "meta" / "episode_ends" / "c" / "0").stat().st_mtime_ns == before
+
+
+def test_keep_failures_stores_them_flagged(tmp_path):
+    out = tmp_path / "out"
+    run_collect(out, "--task", "toy_tasks:COIN", "--robots", "1", "--episodes", "8", "--keep-failures")
+    store = FleetStore.open(out)
+    infos = [store.episode_info(0, i) for i in range(store.num_episodes_of(0))]
+    assert len(infos) == 8
+    assert [info["success"] for info in infos] == [info["seed"] % 2 == 0 for info in infos]
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--robots", "0"], "--robots must be at least 1"),
+        (["--episodes", "-2"], "--episodes must be at least 1"),
+        (["--task", "levitate"], "unknown task 'levitate'"),
+        (["--cameras", "ceiling"], "unknown camera"),
+        (["--workers", "0"], "--workers must be at least 1"),
+    ],
+)
+def test_bad_arguments_fail_with_one_line_and_write_nothing(tmp_path, arguments, message):
+    out = tmp_path / "out"
+    completed = run_collect(out, *arguments)
+    assert completed.returncode != 0
+    assert message in completed.stderr and "Traceback" not in completed.stderr
+    assert not out.exists()
+
+
+def test_unwritable_out_is_refused(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    completed = run_collect(blocker / "out", "--robots", "1", "--episodes", "1")
+    assert completed.returncode != 0 and "cannot write to --out" in completed.stderr
+
+
+def test_a_different_collection_is_refused_without_overwrite(small_fleet, tmp_path):
+    before = {p: p.stat().st_mtime_ns for p in small_fleet.rglob("*")}
+    completed = run_collect(small_fleet, "--robots", "3", "--episodes", "4", "--task", "push")
+    assert completed.returncode != 0
+    assert "holds a different collection: its task is 'pick_place', not 'push'" in completed.stderr
+    assert {p: p.stat().st_mtime_ns for p in small_fleet.rglob("*")} == before
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    completed = run_collect(foreign, "--robots", "1", "--episodes", "1", "--overwrite")
+    assert completed.returncode != 0 and "not a RoboFleet collection" in completed.stderr
+    assert (foreign / "notes.txt").exists()
+
+
+def test_overwrite_replaces_a_collection(tmp_path):
+    out = tmp_path / "out"
+    assert run_collect(out, "--task", "toy_tasks:COIN", "--robots", "2", "--episodes", "2").returncode == 0
+    completed = run_collect(out, "--task", "reach", "--robots", "1", "--episodes", "2", "--overwrite")
+    assert completed.returncode == 0, completed.stderr
+    store = FleetStore.open(out)
+    assert store.robots == [0] and store.manifest["task"]["name"] == "reach"

@@ -1,0 +1,50 @@
+"""Tiny plug-in tasks for tests: fast, deterministic, and failing when told to."""
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from sim import TaskSpec
+
+EPISODE_LENGTH = 6
+
+
+class CoinEnv(gym.Env):
+    """Six steps; the episode succeeds when the final action is positive."""
+
+    metadata = {"render_fps": 10, "render_modes": []}
+
+    def __init__(self):
+        self.observation_space = spaces.Dict({"observation.state": spaces.Box(-10, 10, shape=(2,), dtype=np.float32)})
+        self.action_space = spaces.Box(-1, 1, shape=(1,), dtype=np.float32)
+
+    def _observation(self):
+        return {"observation.state": np.array([self.t, self.value], dtype=np.float32)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.value = 0, float(self.np_random.uniform(-1, 1))
+        return self._observation(), {"is_success": False}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= EPISODE_LENGTH
+        success = bool(done and action[0] > 0)
+        return self._observation(), float(success), done, False, {"is_success": success}
+
+
+class OddSeedsFail:
+    """Succeeds on even seeds, fails on odd ones."""
+
+    def reset(self, seed=None):
+        self.sign = 1.0 if seed % 2 == 0 else -1.0
+
+    def __call__(self, observation):
+        return np.array([self.sign], dtype=np.float32)
+
+
+if "toy/Coin-v0" not in gym.registry:
+    gym.register("toy/Coin-v0", entry_point=CoinEnv)
+
+COIN = TaskSpec("coin", "toy/Coin-v0", lambda profile: OddSeedsFail(), env_kwargs=lambda profile: {},
+                supports_cameras=False)
