@@ -90,7 +90,7 @@ def collect_robot(job: RobotJob, report_progress: Callable[[int, int], None] | N
                 report_progress(profile.robot_id, sum(i < job.episodes for i in settled))
         shard.commit(pending, [] if job.keep_failures else failed)
         kept, frames = shard.num_episodes, shard.num_frames
-        dropped = len(shard.root.attrs["failed_episodes"])
+        dropped = len(shard.failed_indices)
     env.close()
     return RobotReport(profile.robot_id, profile.site, kept, dropped, frames, steps, time.perf_counter() - started)
 

@@ -24,3 +24,15 @@ def test_expert_success_counts_every_episode(tmp_path):
     assert reach["episodes"] == 3 and set(reach["per_site_pc_success"]) == {"office", "warehouse", "factory"}
     assert json.loads((tmp_path / "expert_success.json").read_text())["tasks"]["reach"] == reach
     assert "| reach | 3 x 1 |" in tables.read_text()
+
+
+def test_collect_speed_measures_every_setup(tmp_path):
+    from benchmarks import collect_speed
+
+    tables = tmp_path / "README.md"
+    result = collect_speed.main(["--robots", "2", "--episodes", "2", "--task", "reach", "--rounds", "1",
+                                 "--results-dir", str(tmp_path), "--tables", str(tables)])
+    assert set(result["steps_per_s_best"]) == {"limit", "limit_2proc", "vector_2env", "collect_1w", "collect_2w"}
+    assert all(rate > 0 for rate in result["steps_per_s_best"].values())
+    assert result["ratios"]["scaling_1w_to_2w"] > 0
+    assert "| reach 2x2 |" in tables.read_text()
