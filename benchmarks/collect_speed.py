@@ -22,7 +22,6 @@ benchmarks/results/collect_speed.json and appends to the table in benchmarks/REA
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import shutil
 import tempfile
@@ -34,7 +33,7 @@ import sim  # first: it selects headless rendering before mujoco loads
 import gymnasium as gym
 import numpy as np
 
-from benchmarks.common import RESULTS, TABLES, append_table_rows, machine_facts, write_results
+from benchmarks.common import benchmark_parser, machine_facts, publish
 from collect import CollectConfig, run_collection
 from collect.schema import features_of
 from collect.shard import EpisodeRecord, ShardWriter, store_name
@@ -137,13 +136,11 @@ def measure_vector(task: str, robots: int, episodes: int, num_envs: int = 2) -> 
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--robots", type=int, default=8)
     parser.add_argument("--episodes", type=int, default=30)
     parser.add_argument("--task", default="pick_place")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--results-dir", type=Path, default=RESULTS)
-    parser.add_argument("--tables", type=Path, default=TABLES)
     args = parser.parse_args(argv)
     job = (args.task, args.robots, args.episodes)
 
@@ -182,15 +179,12 @@ def main(argv: list[str] | None = None) -> dict:
         "cluster_startup_s": round(float(np.median(startup)), 2),
         "ratios": {name: round(value, 3) for name, value in ratios.items()},
     }
-    path = write_results("collect_speed", result, args.results_dir)
     header = ["date", "code", "job", "limit", "limit 2 proc", "collect 1w", "collect 2w", "vector 2 envs",
               "1w/limit", "2w/(2x limit)", "2w/limit 2 proc", "1w→2w", "machine 1→2 proc", "2w/vector"]
     row = [machine["date"], machine["code_version"], f"{args.task} {args.robots}x{args.episodes}",
            *(round(best[name]) for name in ("limit", "limit_2proc", "collect_1w", "collect_2w", "vector_2env")),
            *(f"{ratios[name]:.2f}" for name in ratios)]
-    append_table_rows("collect_speed", header, [row], args.tables)
-    print(" | ".join(str(cell) for cell in row[2:]))
-    print(f"wrote {path}")
+    publish("collect_speed", result, header, [row], args)
     return result
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -68,3 +69,21 @@ def append_table_rows(name: str, header: list[str], rows: list[list], tables: Pa
         text = text.rstrip("\n") + f"\n\n### {name}\n\n{start}\n| " + " | ".join(header) + f" |\n{rule}\n{end}\n"
     lines = "".join("| " + " | ".join(str(cell) for cell in row) + " |\n" for row in rows)
     tables.write_text(text.replace(end, lines + end))
+
+
+def benchmark_parser(description: str) -> argparse.ArgumentParser:
+    """A parser with the options every benchmark shares: where results and tables go."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results-dir", type=Path, default=RESULTS, help="where <name>.json is written")
+    parser.add_argument("--tables", type=Path, default=TABLES, help="markdown file holding the tables")
+    return parser
+
+
+def publish(name: str, result: dict, header: list[str], rows: list[list], args: argparse.Namespace) -> Path:
+    """Write the JSON result, append the table rows, and print the rows."""
+    path = write_results(name, result, args.results_dir)
+    append_table_rows(name, header, rows, args.tables)
+    for row in rows:
+        print(" | ".join(str(cell) for cell in row[2:]))  # without date and code version
+    print(f"wrote {path}")
+    return path

@@ -9,26 +9,22 @@ benchmarks/results/expert_success.json and appends to the table in benchmarks/RE
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import sim  # first: it selects headless rendering before mujoco loads
 
-from benchmarks.common import RESULTS, TABLES, append_table_rows, machine_facts, write_results
+from benchmarks.common import benchmark_parser, machine_facts, publish
 from sim.demo import DemoConfig, run_demo
 from sim.tasks import BUILTIN_TASKS
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--robots", type=int, default=100)
     parser.add_argument("--episodes", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tasks", nargs="+", default=list(BUILTIN_TASKS))
-    parser.add_argument("--results-dir", type=Path, default=RESULTS)
-    parser.add_argument("--tables", type=Path, default=TABLES)
     args = parser.parse_args(argv)
 
     config = DemoConfig(tasks=tuple(args.tasks), robots=args.robots, episodes=args.episodes, seed=args.seed, quiet=True)
@@ -52,7 +48,6 @@ def main(argv: list[str] | None = None) -> dict:
     machine = machine_facts()
     result = {"benchmark": "expert_success", "machine": machine, "config": vars(config), "wall_s": round(wall, 1),
               "tasks": per_task}
-    path = write_results("expert_success", result, args.results_dir)
 
     header = ["date", "code", "task", "robots x episodes", "fleet success", "office", "warehouse", "factory"]
     rows = [
@@ -60,10 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
          f'{t["pc_success"]:.1f}%', *(f'{t["per_site_pc_success"].get(site, float("nan")):.1f}%' for site in sim.SITES)]
         for task, t in per_task.items()
     ]
-    append_table_rows("expert_success", header, rows, args.tables)
-    for row in rows:
-        print(" | ".join(str(cell) for cell in row[2:]))
-    print(f"wrote {path} in {wall:.0f} s")
+    publish("expert_success", result, header, rows, args)
     return result
 
 

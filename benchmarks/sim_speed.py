@@ -18,14 +18,11 @@ benchmarks/README.md.
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
 import sim  # first: it selects headless rendering before mujoco loads
 
 import mujoco
 
-from benchmarks.common import RESULTS, TABLES, append_table_rows, machine_facts, rate, write_results
+from benchmarks.common import benchmark_parser, machine_facts, publish, rate
 
 
 def measure_task(task: str, seconds: float) -> dict:
@@ -71,17 +68,14 @@ def measure_task(task: str, seconds: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--seconds", type=float, default=3.0, help="timing window per measurement")
     parser.add_argument("--tasks", nargs="+", default=["reach", "push", "pick_place", "stack"])
-    parser.add_argument("--results-dir", type=Path, default=RESULTS)
-    parser.add_argument("--tables", type=Path, default=TABLES)
     args = parser.parse_args(argv)
 
     machine = machine_facts()
     per_task = [measure_task(task, args.seconds) for task in args.tasks]
     result = {"benchmark": "sim_speed", "machine": machine, "seconds_per_measurement": args.seconds, "tasks": per_task}
-    path = write_results("sim_speed", result, args.results_dir)
 
     header = ["date", "code", "task", "mj_step/s", "limit ctrl steps/s", "env.step/s", "env+expert/s",
               "env/limit", "env+expert/limit", "render 96x96 fps"]
@@ -91,10 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
          f'{t["env_expert_efficiency"]:.0%}', t["render_96_fps"]]
         for t in per_task
     ]
-    append_table_rows("sim_speed", header, rows, args.tables)
-    for row in rows:
-        print(" | ".join(str(cell) for cell in row[2:]))
-    print(f"wrote {path}")
+    publish("sim_speed", result, header, rows, args)
     return result
 
 

@@ -15,9 +15,7 @@ class StackEnv(CubeEnv):
     """Pick up the top cube and leave it resting on the base cube, gripper released.
 
     ## Action space
-    As ``robofleet/Reach-v0``: ``Box(-1, 1, (5,))`` end-effector displacement
-    (2 cm per step), yaw change (0.15 rad per step) and gripper (-1 open, +1 closed);
-    or ``Box(-1, 1, (7,))`` with ``control_mode="joint_pos"``.
+    As ``robofleet/Push-v0`` (5-D end-effector action, or 7-D with ``control_mode="joint_pos"``).
 
     ## Observation space
     | key                              | shape     | content                                            |
