@@ -17,7 +17,7 @@ so every round runs all setups back to back, ratios are taken within a round, an
 the table shows the median ratio over ``--rounds`` rounds (rates: the best round). Writes
 benchmarks/results/collect_speed.json and appends to the table in benchmarks/README.md.
 
-    python -m benchmarks.collect_speed [--robots 8] [--episodes 30] [--task pick_place]
+    python -m benchmarks.collect_speed [--robots 16] [--episodes 30] [--task pick_place]
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def measure_vector(task: str, robots: int, episodes: int, num_envs: int = 2) -> 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = benchmark_parser(__doc__)
-    parser.add_argument("--robots", type=int, default=8)
+    parser.add_argument("--robots", type=int, default=16)
     parser.add_argument("--episodes", type=int, default=30)
     parser.add_argument("--task", default="pick_place")
     parser.add_argument("--rounds", type=int, default=3)

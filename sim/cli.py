@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib.metadata
 import subprocess
 import sys
@@ -62,6 +63,7 @@ def fail(message: str, code: int = 2) -> typing.NoReturn:
     raise SystemExit(code)
 
 
+@functools.lru_cache(maxsize=1)
 def code_version() -> str:
     """Package version plus git commit (``-dirty`` for local edits), e.g. ``0.1.0+3f2a9c1d07e4``."""
     try:
