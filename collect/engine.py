@@ -113,7 +113,7 @@ def run_collection(config: CollectConfig) -> CollectionSummary:
     """Collect every robot's missing episodes into ``config.out``; resumable."""
     spec = resolve_task(config.task)
     fleet = make_fleet(config.robots, config.seed)
-    probe = spec.make_env(fleet[0], cameras=config.cameras, image_size=config.image_size) if config.cameras else spec.make_env(fleet[0])
+    probe = spec.make_env(fleet[0], cameras=config.cameras, image_size=config.image_size)
     features, fps = features_of(probe), int(probe.metadata.get("render_fps", 0))
     probe.close()
 

@@ -63,7 +63,7 @@ def collect_robot(job: RobotJob, report_progress: Callable[[int, int], None] | N
     started = time.perf_counter()
     profile = RobotProfile.from_dict(job.profile)
     spec = resolve_task(job.task)
-    env = spec.make_env(profile, cameras=job.cameras, image_size=job.image_size) if job.cameras else spec.make_env(profile)
+    env = spec.make_env(profile, cameras=job.cameras, image_size=job.image_size)
     expert = spec.make_expert(profile)
     features = features_of(env)
     steps = 0

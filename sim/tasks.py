@@ -51,12 +51,17 @@ class TaskSpec:
     env_kwargs: Callable[[RobotProfile], dict[str, Any]] = field(default=robofleet_env_kwargs)
     supports_cameras: bool = True
 
-    def make_env(self, profile: RobotProfile, **kwargs) -> gym.Env:
-        """``gymnasium.make`` this task's env for one robot; extra kwargs go to the env."""
-        if kwargs.get("cameras") and not self.supports_cameras:
-            raise ValueError(f"task {self.name!r} does not support cameras")
-        if not kwargs.get("cameras"):
-            kwargs.pop("cameras", None)
+    def make_env(self, profile: RobotProfile, cameras: tuple[str, ...] = (), image_size: int = 96,
+                 **kwargs) -> gym.Env:
+        """``gymnasium.make`` this task's env for one robot; extra kwargs go to the env.
+
+        Camera arguments reach the env only when cameras are asked for, so tasks
+        without cameras never see them.
+        """
+        if cameras:
+            if not self.supports_cameras:
+                raise ValueError(f"task {self.name!r} does not support cameras")
+            kwargs.update(cameras=tuple(cameras), image_size=image_size)
         return gym.make(self.env_id, **self.env_kwargs(profile), **kwargs)
 
     def make_expert(self, profile: RobotProfile) -> Expert:

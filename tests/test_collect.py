@@ -184,3 +184,17 @@ def test_overwrite_replaces_a_collection(tmp_path):
     assert completed.returncode == 0, completed.stderr
     store = FleetStore.open(out)
     assert store.robots == [0] and store.manifest["task"]["name"] == "reach"
+
+
+def test_camera_images_are_stored_as_compressed_uint8(tmp_path):
+    out = tmp_path / "out"
+    completed = run_collect(out, "--robots", "1", "--episodes", "2", "--cameras", "front", "--image-size", "32")
+    assert completed.returncode == 0, completed.stderr
+    store = FleetStore.open(out)
+    assert store.features["observation.images.front"] == {
+        "dtype": "image", "shape": [32, 32, 3], "names": ["height", "width", "channels"]}
+    images = store.episode(0, 0)["observation.images.front"]
+    assert images.dtype == np.uint8 and images.shape[1:] == (32, 32, 3) and images.std() > 5
+    array = zarr.open_group(out / "robot_0000.zarr", mode="r")["data/observation.images.front"]
+    assert array.chunks == (32, 32, 32, 3)
+    assert type(array.compressors[0]).__name__ == "BloscCodec"
