@@ -37,7 +37,7 @@ from benchmarks.common import benchmark_parser, machine_facts, publish
 from collect import CollectConfig, run_collection
 from collect.schema import features_of
 from collect.shard import EpisodeRecord, ShardWriter, store_name
-from collect.worker import _to_features
+from collect.worker import to_features
 from sim.fleet import episode_seed, make_fleet, make_robot
 from sim.rollout import run_episode
 
@@ -106,7 +106,7 @@ def _vector_pair(task: str, profiles: list, episodes: int, out: Path) -> int:
             columns.setdefault("next.reward", []).append(np.float32(rewards[k]))
             columns.setdefault("next.success", []).append(bool(infos["is_success"][k]))
             if done[k]:
-                frames = _to_features({key: np.stack(v) for key, v in columns.items()}, features)
+                frames = to_features({key: np.stack(v) for key, v in columns.items()}, features)
                 if infos["is_success"][k]:
                     kept[k].append(EpisodeRecord(next_index[k], seeds[k], True, frames))
                 buffers[k], next_index[k] = {}, next_index[k] + 1

@@ -49,7 +49,7 @@ class RobotReport:
     seconds: float
 
 
-def _to_features(frames: dict[str, np.ndarray], features: dict[str, dict]) -> dict[str, np.ndarray]:
+def to_features(frames: dict[str, np.ndarray], features: dict[str, dict]) -> dict[str, np.ndarray]:
     """Cast and shape an episode's recorded columns to the stored features."""
     length = len(frames["action"])
     return {
@@ -69,7 +69,8 @@ def collect_robot(job: RobotJob, report_progress: Callable[[int, int], None] | N
     steps = 0
     with ShardWriter(job.store_path, {**job.attrs, "profile": job.profile}, features) as shard:
         settled = shard.done_indices()
-        pending, failed, buffered_frames = [], [], 0
+        settled_count = sum(index < job.episodes for index in settled)
+        pending, dropped_failures, buffered_frames = [], [], 0
         for index in range(job.episodes):
             if index in settled:
                 continue
@@ -77,18 +78,17 @@ def collect_robot(job: RobotJob, report_progress: Callable[[int, int], None] | N
             episode = run_episode(env, expert, seed, reset_policy=expert.reset, record=True)
             steps += episode.length
             if episode.success or job.keep_failures:
-                frames = _to_features(episode.frames, features)
-                pending.append(EpisodeRecord(index, seed, episode.success, frames))
+                pending.append(EpisodeRecord(index, seed, episode.success, to_features(episode.frames, features)))
                 buffered_frames += episode.length
-            if not episode.success:
-                failed.append(index)
-            settled.add(index)
+            else:
+                dropped_failures.append(index)
             if buffered_frames >= job.flush_frames:
-                shard.commit(pending, [] if job.keep_failures else failed)
-                pending, failed, buffered_frames = [], [], 0
+                shard.commit(pending, dropped_failures)
+                pending, dropped_failures, buffered_frames = [], [], 0
+            settled_count += 1
             if report_progress is not None:
-                report_progress(profile.robot_id, sum(i < job.episodes for i in settled))
-        shard.commit(pending, [] if job.keep_failures else failed)
+                report_progress(profile.robot_id, settled_count)
+        shard.commit(pending, dropped_failures)
         kept, frames = shard.num_episodes, shard.num_frames
         dropped = len(shard.failed_indices)
     env.close()
