@@ -2,7 +2,11 @@
 
 Each field of a config dataclass becomes a ``--field-name`` option with the field's
 default, its type and the help text from ``field(metadata={"help": ...})``. Booleans
-become ``--flag`` / ``--no-flag`` pairs; tuples take several values.
+become ``--flag`` / ``--no-flag`` pairs; tuples take several values. A field with
+``metadata={"positional": True}`` (and no default) is a positional argument instead.
+
+Commands with subcommands (``dataset info PATH``) give each subcommand its own
+config dataclass: see ``parse_subcommand``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ ConfigT = TypeVar("ConfigT")
 def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, field_type) -> None:
     option = "--" + field.name.replace("_", "-")
     help_text = field.metadata.get("help", "")
+    if field.metadata.get("positional"):
+        parser.add_argument(field.name, type=field_type, help=help_text)
+        return
     default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
     origin = typing.get_origin(field_type)
     if field_type is bool:
@@ -37,24 +44,46 @@ def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, field_
         parser.add_argument(option, type=field_type, default=default, help=f"{help_text} (default: {default})")
 
 
-def config_parser(config_class: type, description: str) -> argparse.ArgumentParser:
-    """An argparse parser with one option per field of ``config_class``."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+def _add_fields(parser: argparse.ArgumentParser, config_class: type) -> None:
     hints = typing.get_type_hints(config_class)
     for field in dataclasses.fields(config_class):
         _add_field(parser, field, hints[field.name])
+
+
+def config_parser(config_class: type, description: str) -> argparse.ArgumentParser:
+    """An argparse parser with one option per field of ``config_class``."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_fields(parser, config_class)
     return parser
+
+
+def _build_config(parser: argparse.ArgumentParser, config_class: type[ConfigT], arguments: dict) -> ConfigT:
+    try:
+        return config_class(**{name: tuple(v) if isinstance(v, list) else v for name, v in arguments.items()})
+    except ValueError as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
 
 
 def parse_config(config_class: type[ConfigT], description: str, argv: list[str] | None = None) -> ConfigT:
     """Parse ``argv`` into an instance of ``config_class``; bad values exit with a one-line error."""
     parser = config_parser(config_class, description)
+    return _build_config(parser, config_class, vars(parser.parse_args(argv)))
+
+
+def parse_subcommand(commands: dict[str, type], description: str, argv: list[str] | None = None) -> tuple[str, object]:
+    """Parse ``COMMAND [options]``; ``commands`` maps each name to its config dataclass.
+
+    Returns the command name and its config. Each config class's docstring is the
+    subcommand's help.
+    """
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, config_class in commands.items():
+        summary = (config_class.__doc__ or "").strip().splitlines()[0]
+        _add_fields(subparsers.add_parser(name, help=summary, description=config_class.__doc__), config_class)
     arguments = vars(parser.parse_args(argv))
-    try:
-        config = config_class(**{name: tuple(v) if isinstance(v, list) else v for name, v in arguments.items()})
-    except ValueError as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
-    return config
+    command = arguments.pop("command")
+    return command, _build_config(parser, commands[command], arguments)
 
 
 def fail(message: str, code: int = 2) -> typing.NoReturn:
