@@ -75,8 +75,21 @@ def create_output(out: Path, config: CollectConfig) -> dict[int, int]:
 
 def write_manifest(out: Path, config: CollectConfig, spec: TaskSpec, features: dict, fps: int,
                    fleet: list[RobotProfile]) -> None:
-    """(Re)write OUT/manifest.json from the stores that are on disk now."""
-    sites = {profile.robot_id: profile.site for profile in fleet}
+    """(Re)write OUT/manifest.json of a collection from the stores that are on disk now."""
+    write_store_manifest(out, task={"name": spec.name, "env_id": spec.env_id}, fps=fps, features=features,
+                         seed=config.seed, data_config=config.data_config(),
+                         collect_config={**config.__dict__, "cameras": list(config.cameras)},
+                         sites={profile.robot_id: profile.site for profile in fleet})
+
+
+def write_store_manifest(out: Path, *, task: dict, fps: int, features: dict, seed: int | None, data_config: dict,
+                         collect_config: dict | None, sites: dict[int, str] | None = None, **extra) -> None:
+    """(Re)write OUT/manifest.json from the stores on disk now; ``sites`` fills in shards without a profile.
+
+    Shared by ``collect`` and the writers of other fleet stores (e.g. a LeRobot import);
+    ``extra`` keys are added as they are.
+    """
+    sites = sites or {}
     robots = {}
     for path in sorted(out.glob("robot_*.zarr")):
         progress = read_progress(path)
@@ -85,15 +98,16 @@ def write_manifest(out: Path, config: CollectConfig, spec: TaskSpec, features: d
                                  "frames": progress.frames, "failed": len(progress.failed_indices)}
     write_json_atomic(out / MANIFEST, {
         "schema_version": SCHEMA_VERSION,
-        "task": {"name": spec.name, "env_id": spec.env_id},
+        "task": task,
         "fps": fps,
-        "seed": config.seed,
-        "data_config": config.data_config(),
-        "collect_config": {**config.__dict__, "cameras": list(config.cameras)},
+        "seed": seed,
+        "data_config": data_config,
+        "collect_config": collect_config,
         "code_version": code_version(),
         "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "features": features,
         "totals": {"robots": len(robots), "episodes": sum(r["episodes"] for r in robots.values()),
                    "frames": sum(r["frames"] for r in robots.values())},
         "robots": robots,
+        **extra,
     })

@@ -111,9 +111,9 @@ class ShardWriter:
         if not self.path.exists():
             self._create(attrs, features)
         self.root = sync(zarr_async.open_group(self.path, mode="a"))
-        self.data = dict(zip(features, sync(_gather(self.root.getitem(f"data/{name}") for name in features))))
+        self.data = dict(zip(features, run_concurrently(self.root.getitem(f"data/{name}") for name in features)))
         meta_names = ("episode_ends", *META_FIELDS)
-        self.meta = dict(zip(meta_names, sync(_gather(self.root.getitem(f"meta/{name}") for name in meta_names))))
+        self.meta = dict(zip(meta_names, run_concurrently(self.root.getitem(f"meta/{name}") for name in meta_names)))
         self._cut_uncommitted_tail()
 
     def __enter__(self) -> ShardWriter:
@@ -143,7 +143,7 @@ class ShardWriter:
         frames = int(ends[count - 1]) if count else 0
         resizes = [array.resize((frames, *array.shape[1:])) for array in self.data.values() if array.shape[0] != frames]
         resizes += [array.resize((count,)) for array in self.meta.values() if array.shape[0] != count]
-        sync(_gather(resizes))
+        run_concurrently(resizes)
         self.num_episodes, self.num_frames = count, frames
 
     @property
@@ -177,8 +177,13 @@ class ShardWriter:
             self.num_frames += int(lengths.sum())
 
 
-async def _gather(awaitables):
-    return await asyncio.gather(*awaitables)
+def run_concurrently(awaitables, return_exceptions: bool = False) -> list:
+    """Run zarr coroutines together on zarr's IO event loop; their results in order."""
+    return sync(_gather(awaitables, return_exceptions))
+
+
+async def _gather(awaitables, return_exceptions: bool = False):
+    return await asyncio.gather(*awaitables, return_exceptions=return_exceptions)
 
 
 async def _append_each(pairs) -> None:
