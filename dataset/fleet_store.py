@@ -15,7 +15,7 @@ import numpy as np
 import zarr
 
 from collect.manifest import MANIFEST
-from collect.shard import SCHEMA_VERSION, committed_count
+from collect.shard import committed_count
 from sim.fleet import RobotProfile
 
 
@@ -27,6 +27,7 @@ class Shard:
     path: Path
     group: zarr.Group
     episode_ends: np.ndarray  # committed ends only
+    unreadable: str | None = None  # why episode_ends could not be read (the shard then shows no episodes)
 
     @property
     def num_episodes(self) -> int:
@@ -59,9 +60,16 @@ class FleetStore:
         shards = {}
         for store_path in sorted(path.glob("robot_*.zarr")):
             robot_id = int(store_path.stem.split("_")[1])
-            group = zarr.open_group(store_path, mode="r")
-            ends = group["meta/episode_ends"][:]
-            shards[robot_id] = Shard(robot_id, store_path, group, ends[: committed_count(ends)])
+            try:
+                group = zarr.open_group(store_path, mode="r")
+            except Exception as error:  # zarr raises plain errors (ValueError, JSONDecodeError...) on damage
+                raise ValueError(f"{store_path}: not a readable zarr store ({error})") from None
+            try:
+                ends = group["meta/episode_ends"][:]
+                shards[robot_id] = Shard(robot_id, store_path, group, ends[: committed_count(ends)])
+            except Exception as error:  # a corrupt chunk: decoding raises RuntimeError or ValueError
+                shards[robot_id] = Shard(robot_id, store_path, group, np.zeros(0, dtype=np.int64),
+                                         unreadable=f"meta/episode_ends cannot be read ({error})")
         return cls(path, manifest, shards)
 
     # ----- what is in the store --------------------------------------------------------
@@ -89,6 +97,10 @@ class FleetStore:
     def profile(self, robot_id: int) -> RobotProfile:
         return RobotProfile.from_dict(dict(self._shard(robot_id).group.attrs["profile"]))
 
+    def site_of(self, robot_id: int) -> str:
+        """The robot's site ("unknown" for data imported without a fleet profile)."""
+        return dict(self._shard(robot_id).group.attrs.get("profile", {})).get("site", "unknown")
+
     def _shard(self, robot_id: int) -> Shard:
         if robot_id not in self.shards:
             raise KeyError(f"no robot {robot_id} in {self.path}; robots: {self.robots}")
@@ -114,41 +126,11 @@ class FleetStore:
         }
 
     # ----- checking -----------------------------------------------------------------------------
-    def verify(self) -> list[str]:
-        """Problems found in the store, each naming the shard (empty when all is well)."""
-        problems = []
-        if self.manifest is None:
-            problems.append(f"{self.path}: no {MANIFEST}")
-        else:
-            for robot_id in self.manifest.get("robots", {}):
-                if int(robot_id) not in self.shards:
-                    problems.append(f"robot {robot_id}: shard listed in the manifest is missing")
-        for shard in self.shards.values():
-            problems.extend(f"{shard.path.name}: {problem}" for problem in _shard_problems(shard))
-        return problems
+    def verify(self, check_data: bool = True) -> list:
+        """Problems found in the store (``dataset.verify.Problem``), each naming its shard; empty when all is well.
 
+        ``check_data=False`` checks structure, metadata and chunk presence only. See ``dataset.verify``.
+        """
+        from dataset.verify import verify_store  # imports dask only when a store is checked
 
-def _shard_problems(shard: Shard) -> list[str]:
-    group, ends, count = shard.group, shard.episode_ends, shard.num_episodes
-    problems = []
-    if group.attrs.get("schema_version") != SCHEMA_VERSION:
-        problems.append(f"schema version {group.attrs.get('schema_version')}, expected {SCHEMA_VERSION}")
-    stored_ends = group["meta/episode_ends"][:]  # a fresh read: the writer may have committed more
-    valid = committed_count(stored_ends)
-    if stored_ends[valid:].any():  # after the committed run only in-flight zeros may follow
-        problems.append(f"episode_ends are not increasing after episode {valid - 1}")
-    for name, array in group["meta"].arrays():
-        if array.shape[0] < count:
-            problems.append(f"meta/{name} has {array.shape[0]} entries for {count} episodes")
-    if count:
-        lengths = group["meta/episode_length"][:count]
-        mismatched = np.flatnonzero(lengths != np.diff(ends, prepend=0))
-        if len(mismatched):
-            problems.append(f"episode {mismatched[0]}: length {lengths[mismatched[0]]} disagrees with episode_ends")
-        indices = group["meta/episode_index"][:count]
-        if len(np.unique(indices)) != count:
-            problems.append("an episode index is committed twice")
-    for name, array in group["data"].arrays():
-        if array.shape[0] < shard.num_frames:
-            problems.append(f"data/{name} has {array.shape[0]} frames, episode_ends need {shard.num_frames}")
-    return problems
+        return verify_store(self, check_data=check_data)

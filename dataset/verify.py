@@ -1,0 +1,249 @@
+"""Checking a fleet store for damage; every problem names the shard and, where it can, the episode.
+
+``verify_store(store)`` checks the manifest, then each shard in its own dask task:
+
+1. **attrs**: schema version, the required attributes, the features against the data arrays
+   and against ``manifest.json``;
+2. **chunk presence**: every chunk key that the committed range needs exists. zarr reads a
+   missing chunk as its fill value without complaint, so this is the only way to notice one;
+3. **decoding**: every chunk of the meta arrays, and (with ``check_data``) of the data arrays,
+   over the committed range is read; a chunk that fails to decode is reported with the
+   episodes whose frames it holds. Float data is checked for NaN and inf;
+4. **structure**: ``episode_ends`` against ``episode_length``, the meta and data array
+   lengths, duplicate ``episode_index`` entries, and the manifest's per-robot counts
+   (committed episodes are never removed, so a shard may not hold fewer than it records).
+
+Only the committed range is checked, so a store that ``collect`` is still writing verifies clean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import dask
+import numpy as np
+from tqdm.dask import TqdmCallback
+from zarr.core.sync import sync  # runs a coroutine on zarr's own IO event loop
+
+from collect.manifest import MANIFEST
+from collect.shard import META_FIELDS, SCHEMA_VERSION, committed_count, run_concurrently, storage_dtype, store_name
+
+if TYPE_CHECKING:
+    import zarr
+
+    from dataset.fleet_store import FleetStore, Shard
+
+REQUIRED_ATTRS = ("schema_version", "task", "fps", "profile", "features")
+READ_BATCH_BYTES = 64 * 2**20  # decoded bytes read at once per array
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a store: the shard (None: the whole store), the episode position, what."""
+
+    shard: str | None
+    episode: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = " ".join(part for part in (self.shard, None if self.episode is None else f"episode {self.episode}")
+                         if part)
+        return f"{where}: {self.message}" if where else self.message
+
+
+def verify_store(store: FleetStore, check_data: bool = True, progress: bool = False) -> list[Problem]:
+    """Every problem found in ``store``, store-level ones first; empty when all is well.
+
+    ``check_data=False`` skips decoding the data arrays: attrs, structure, meta arrays and
+    chunk presence only. Shards are checked in parallel on dask's threaded scheduler, or on
+    the one dask's config names (``dask.config.set(scheduler=...)``, a distributed ``Client``);
+    ``progress=True`` shows a tqdm bar of shards.
+    """
+    problems = []
+    if store.manifest is None:
+        problems.append(Problem(None, None, f"{store.path}: no {MANIFEST}"))
+    for robot_id in (store.manifest or {}).get("robots", {}):
+        if int(robot_id) not in store.shards:
+            problems.append(Problem(store_name(int(robot_id)), None, f"listed in {MANIFEST} but missing"))
+    tasks = [dask.delayed(verify_shard, pure=False)(shard, store.manifest, check_data)
+             for shard in store.shards.values()]
+    with TqdmCallback(desc="verify", unit="shard") if progress else contextlib.nullcontext():
+        per_shard = dask.compute(*tasks, scheduler=dask.config.get("scheduler", "threads"))
+    return problems + [problem for shard_problems in per_shard for problem in shard_problems]
+
+
+def verify_shard(shard: Shard, manifest: dict | None = None, check_data: bool = True) -> list[Problem]:
+    """The problems of one shard (its committed episodes as seen when the store was opened)."""
+    if shard.unreadable:
+        return [Problem(shard.path.name, None, shard.unreadable)]
+    check = _ShardCheck(shard)
+    check.attributes(manifest)
+    check.chunks(check_data)
+    check.structure(manifest)
+    return check.problems
+
+
+class _ShardCheck:
+    """The checks of one shard, collecting their problems in ``self.problems``."""
+
+    def __init__(self, shard: Shard):
+        self.shard, self.group, self.ends = shard, shard.group, shard.episode_ends
+        self.data = dict(self.group["data"].arrays())
+        self.meta = dict(self.group["meta"].arrays())
+        self.meta_values: dict[str, np.ndarray] = {}  # committed entries of the meta arrays that decoded
+        self.problems: list[Problem] = []
+
+    def report(self, message: str, episodes=(None,)) -> None:
+        name = self.shard.path.name
+        self.problems.extend(Problem(name, None if e is None else int(e), message) for e in episodes)
+
+    def episodes_of(self, start: int, stop: int) -> range:
+        """Positions of the committed episodes that have frames in ``[start, stop)``."""
+        first, last = np.searchsorted(self.ends, [start, stop - 1], "right")
+        return range(int(first), int(last) + 1)
+
+    def attributes(self, manifest: dict | None) -> None:
+        """Schema version, required attrs, and the declared features against the arrays and the manifest."""
+        attrs = self.group.attrs
+        if missing := [key for key in REQUIRED_ATTRS if key not in attrs]:
+            self.report(f"attrs lack {', '.join(missing)}")
+        if "schema_version" in attrs and attrs["schema_version"] != SCHEMA_VERSION:
+            self.report(f"schema version {attrs['schema_version']!r}, expected {SCHEMA_VERSION}")
+        features = dict(attrs.get("features", {}))
+        if manifest and features and features != manifest.get("features"):
+            self.report(f"attrs features differ from {MANIFEST}'s")
+        for name in ("episode_ends", *META_FIELDS):
+            if name not in self.meta:
+                self.report(f"meta/{name} is missing")
+        for name, feature in features.items():
+            array = self.data.get(name)
+            if array is None:
+                self.report(f"data/{name} is missing (a declared feature)")
+            elif array.dtype != storage_dtype(feature) or list(array.shape[1:]) != list(feature["shape"]):
+                self.report(f"data/{name} holds {array.dtype} frames of shape {array.shape[1:]}, "
+                            f"its feature says {feature['dtype']} {tuple(feature['shape'])}")
+        for name in sorted(self.data.keys() - features.keys()):
+            self.report(f"data/{name} is not a declared feature")
+
+    def chunks(self, check_data: bool) -> None:
+        """Chunk presence everywhere; decoding of the meta arrays, and of the data arrays if asked."""
+        keys = set(sync(_list_keys(self.group.store)))
+        for path, array, length, episodes_of in self.arrays():
+            present = []
+            for start, stop, chunk_keys in _chunk_rows(array, length):
+                missing = [key for key in chunk_keys if f"{path}/{key}" not in keys]
+                if missing and not _may_be_absent(path, episodes_of(start, stop)):
+                    self.report(f"{path} chunk {', '.join(missing)} ({_rows(path, start, stop)}) is missing",
+                                episodes_of(start, stop))
+                else:
+                    present.append((start, stop, chunk_keys))
+            if path.startswith("data/") and not check_data:
+                continue
+            decoded, reported = [], set()
+            for (start, stop, chunk_keys), values in zip(present, _read_rows(array, present)):
+                if isinstance(values, Exception):  # a codec's error for a truncated or garbled chunk
+                    self.report(f"{path} chunk {', '.join(chunk_keys)} ({_rows(path, start, stop)}) cannot be "
+                                f"decoded: {type(values).__name__}: {values}", episodes_of(start, stop))
+                elif path.startswith("meta/"):
+                    decoded.append(values)
+                elif values.dtype.kind == "f":
+                    self.nonfinite(path, start, values, reported)
+            if sum(map(len, decoded)) == length > 0:  # a meta array read whole: structure() may use it
+                self.meta_values[path] = np.concatenate(decoded)
+
+    def nonfinite(self, path: str, start: int, values: np.ndarray, reported: set[int]) -> None:
+        """Report the first NaN or inf frame of each episode in ``values`` (frames from ``start``) once."""
+        for frame in start + np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1)):
+            episode = int(np.searchsorted(self.ends, frame, "right"))
+            if episode not in reported:
+                reported.add(episode)
+                first = int(self.ends[episode - 1]) if episode else 0
+                self.report(f"{path} has NaN or inf at frame {frame - first} (shard frame {frame})", [episode])
+
+    def arrays(self) -> Iterator[tuple[str, zarr.Array, int, Callable[[int, int], range]]]:
+        """``(path, array, committed rows, episodes of rows [start, stop))`` for every meta and data array."""
+        count, frames = self.shard.num_episodes, self.shard.num_frames
+        for name, array in self.meta.items():
+            yield f"meta/{name}", array, min(count, array.shape[0]), range
+        for name, array in self.data.items():
+            yield f"data/{name}", array, min(frames, array.shape[0]), self.episodes_of
+
+    def structure(self, manifest: dict | None) -> None:
+        """Counts and lengths against episode_ends and the manifest; lengths and indices against each other."""
+        count, frames = self.shard.num_episodes, self.shard.num_frames
+        recorded = (manifest or {}).get("robots", {}).get(str(self.shard.robot_id), {}).get("episodes", 0)
+        if recorded > count:
+            self.report(f"{MANIFEST} records {recorded} committed episodes, the shard has {count}")
+        with contextlib.suppress(Exception):  # chunks() reported a committed chunk that fails to decode
+            stored = self.meta["episode_ends"][:]  # a fresh read: the writer may have committed more
+            valid = committed_count(stored)
+            if stored[valid:].any():  # after the committed run only in-flight zeros may follow
+                self.report(f"episode_ends are not increasing after episode {valid - 1}", [valid])
+        for name, array in self.meta.items():
+            if array.shape[0] < count:
+                self.report(f"meta/{name} has {array.shape[0]} entries for {count} episodes", [array.shape[0]])
+        for name, array in self.data.items():
+            if array.shape[0] < frames:
+                self.report(f"data/{name} has {array.shape[0]} frames, episode_ends need {frames}",
+                            [int(np.searchsorted(self.ends, array.shape[0], "right"))])
+        lengths, indices = (self.meta_values.get(f"meta/{name}") for name in ("episode_length", "episode_index"))
+        if lengths is not None and len(lengths) == count:
+            actual = np.diff(self.ends, prepend=0)
+            for episode in np.flatnonzero(lengths != actual):
+                self.report(f"episode_length {lengths[episode]} disagrees with episode_ends ({actual[episode]} frames)",
+                            [episode])
+        if indices is not None:
+            first = dict(zip(*np.unique(indices, return_index=True)))
+            for episode, index in enumerate(indices):
+                if first[index] != episode:
+                    self.report(f"episode_index {index} is committed twice (also episode {first[index]})", [episode])
+
+
+def _chunk_rows(array: zarr.Array, length: int) -> Iterator[tuple[int, int, list[str]]]:
+    """``(start, stop, keys)`` for each row of chunks along axis 0 up to ``length``; keys as in ``path/c/0/0``."""
+    rows = array.chunks[0]
+    across = [range(math.ceil(size / chunk)) for size, chunk in zip(array.shape[1:], array.chunks[1:])]
+    for row in range(math.ceil(length / rows)):
+        keys = [array.metadata.encode_chunk_key((row, *rest)) for rest in itertools.product(*across)]
+        yield row * rows, min(length, (row + 1) * rows), keys
+
+
+def _rows(path: str, start: int, stop: int) -> str:
+    return f"{'frames' if path.startswith('data/') else 'episodes'} {start}-{stop - 1}"
+
+
+def _read_rows(array: zarr.Array, rows: list[tuple[int, int, list[str]]]) -> Iterator[np.ndarray | Exception]:
+    """Each row of chunks decoded, or the exception decoding it raised.
+
+    A batch of rows (up to ``READ_BATCH_BYTES`` decoded) is read concurrently in one call
+    into zarr's event loop, whose codecs decode in threads: one call per chunk costs twice as much.
+    """
+    row_bytes = array.dtype.itemsize * array.chunks[0] * math.prod(array.shape[1:])
+    per_batch = max(1, READ_BATCH_BYTES // max(1, row_bytes))
+    for first in range(0, len(rows), per_batch):
+        batch = rows[first:first + per_batch]
+        yield from run_concurrently((array.async_array.getitem(slice(start, stop)) for start, stop, _ in batch),
+                                    return_exceptions=True)
+
+
+def _may_be_absent(path: str, episodes: range) -> bool:
+    """Whether a chunk may be missing because all its values equal the fill value.
+
+    zarr does not store such chunks (``write_empty_chunks`` is off by default), so a missing
+    chunk is only damage where zeros are impossible: observations and actions (continuous
+    signals and images), episode ends, lengths and seeds, and the attempt indices of two or
+    more episodes (they are distinct). A lone episode's index may be 0; step signals
+    (``next.*``) and success flags may all be 0 or False (failed episodes kept).
+    """
+    kind, name = path.split("/", 1)
+    if kind == "data":
+        return not (name == "action" or name.startswith("observation."))
+    return name == "episode_success" or (name == "episode_index" and len(episodes) == 1)
+
+
+async def _list_keys(store) -> list[str]:
+    return [key async for key in store.list()]
