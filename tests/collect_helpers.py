@@ -28,6 +28,14 @@ def run_collect(out: Path, *arguments: str) -> subprocess.CompletedProcess:
                           cwd=REPO, timeout=300)
 
 
+def collected(tmp_path_factory, name: str, *arguments: str) -> Path:
+    """A fleet collected once with ``arguments`` (for session- and module-scoped fixtures)."""
+    out = tmp_path_factory.mktemp(name) / "fleet"
+    completed = run_collect(out, *arguments)
+    assert completed.returncode == 0, completed.stderr
+    return out
+
+
 def start_collect(out: Path, *arguments: str) -> subprocess.Popen:
     return subprocess.Popen(collect_command(out, *arguments), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=subprocess_env(), cwd=REPO, start_new_session=True)

@@ -7,7 +7,7 @@ import pytest
 import zarr
 
 from collect.shard import FRAMES_PER_CHUNK, SCHEMA_VERSION
-from collect_helpers import assert_same_stores, interrupt, run_collect, start_collect, wait_for_episodes
+from collect_helpers import assert_same_stores, collected, interrupt, run_collect, start_collect, wait_for_episodes
 from dataset import FleetStore
 from sim.fleet import episode_seed, make_robot
 
@@ -15,10 +15,8 @@ from sim.fleet import episode_seed, make_robot
 @pytest.fixture(scope="module")
 def small_fleet(tmp_path_factory):
     """3 robots x 4 pick-place episodes, collected once for the layout tests."""
-    out = tmp_path_factory.mktemp("fleet") / "out"
-    completed = run_collect(out, "--robots", "3", "--episodes", "4", "--task", "pick_place", "--workers", "2")
-    assert completed.returncode == 0, completed.stderr
-    return out
+    return collected(tmp_path_factory, "fleet", "--robots", "3", "--episodes", "4", "--task", "pick_place",
+                     "--workers", "2")
 
 
 def test_one_store_per_robot_with_the_documented_layout(small_fleet):

@@ -1,0 +1,79 @@
+"""make_dataloader: a DistributedSampler partition that is disjoint and complete, under torchrun and alone."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from collect_helpers import REPO, subprocess_env
+from dataset import FleetStore
+from dataset.episodes import select_episodes
+from dataset.loader import make_dataloader
+from dataset.windows import FleetWindowDataset, WindowSpec
+
+PROBE = REPO / "tests" / "loader_probe.py"
+
+
+def windows(path) -> FleetWindowDataset:
+    store = FleetStore.open(path)
+    return FleetWindowDataset(store, select_episodes(store), WindowSpec.of(2, 4, store.features))
+
+
+def run_probe(store, out, *launcher: str, workers: int = 0) -> list[dict]:
+    out.mkdir()
+    command = [*launcher, str(PROBE), str(store), str(out), str(workers)]
+    completed = subprocess.run(command, capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return [json.loads(path.read_text()) for path in sorted(out.glob("rank*.json"))]
+
+
+def test_one_process_sees_every_sample_once_per_epoch_in_a_new_order(pick_place_fleet):
+    dataset = windows(pick_place_fleet)
+    loader = make_dataloader(dataset, batch_size=16, num_workers=0, drop_last=False)
+    orders = []
+    for _ in range(2):
+        batches = list(loader)
+        assert all(batch["action"].shape[1:] == (4, 5) for batch in batches)
+        orders.append(torch.cat([b["frame_index"] * 10_000 + b["robot_id"] * 100 + b["episode_index"]
+                                 for b in batches]))
+    assert loader.epoch == 2
+    assert len(orders[0]) == len(dataset) == len(set(orders[0].tolist()))
+    assert sorted(orders[0].tolist()) == sorted(orders[1].tolist()) and not torch.equal(orders[0], orders[1])
+
+
+def test_worker_processes_give_the_same_batches_as_the_main_process(pick_place_fleet):
+    dataset = windows(pick_place_fleet)
+    in_process = list(make_dataloader(dataset, batch_size=32, num_workers=0, seed=5))
+    with_workers = list(make_dataloader(dataset, batch_size=32, num_workers=2, seed=5))
+    assert len(in_process) == len(with_workers) == len(dataset) // 32
+    for a, b in zip(in_process, with_workers):
+        for key in a:
+            torch.testing.assert_close(a[key], b[key])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_two_torchrun_ranks_partition_each_epoch_disjointly_and_completely(pick_place_fleet, tmp_path, workers):
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    ranks = run_probe(pick_place_fleet, tmp_path / "ranks", *torchrun, workers=workers)
+    assert [rank["world_size"] for rank in ranks] == [2, 2]
+    size = ranks[0]["dataset_size"]
+    for epoch in range(2):
+        seen = [{tuple(key) for key in rank["epochs"][epoch]} for rank in ranks]
+        assert seen[0].isdisjoint(seen[1])
+        # The sampler drops len % world_size samples rather than hand one to both ranks.
+        assert len(seen[0]) == len(seen[1]) == size // 2
+        assert len(seen[0] | seen[1]) == size - size % 2
+    assert ranks[0]["epochs"][0] != ranks[0]["epochs"][1]  # set_epoch reshuffles
+
+
+def test_without_a_process_group_the_loader_serves_everything(pick_place_fleet, tmp_path):
+    [alone] = run_probe(pick_place_fleet, tmp_path / "alone", sys.executable)
+    assert alone["world_size"] == 1 and len(alone["epochs"][0]) == alone["dataset_size"]
+
+
+def test_impossible_batches_are_refused(pick_place_fleet):
+    dataset = windows(pick_place_fleet)
+    with pytest.raises(ValueError, match="larger than"):
+        make_dataloader(dataset, batch_size=len(dataset) + 1, num_workers=0)
