@@ -36,3 +36,18 @@ def test_collect_speed_measures_every_setup(tmp_path):
     assert all(rate > 0 for rate in result["steps_per_s_best"].values())
     assert result["ratios"]["scaling_1w_to_2w"] > 0
     assert "| reach 2x2 |" in tables.read_text()
+
+
+def test_loader_speed_measures_every_setup(tmp_path):
+    from benchmarks import loader_speed
+
+    tables = tmp_path / "README.md"
+    result = loader_speed.main(["--robots", "2", "--episodes", "2", "--task", "reach", "--rounds", "1",
+                                "--seconds", "0.05", "--batch-size", "8",
+                                "--results-dir", str(tmp_path), "--tables", str(tables)])
+    rates = result["samples_per_s_best"]
+    assert {"numpy_limit", "memory_w0", "memory_w2", "streaming_w2", "lerobot_w0", "lerobot_w2"} <= set(rates)
+    assert all(rate > 0 for rate in rates.values())
+    assert result["ratios"]["memory_w0_vs_numpy_limit"] > 0
+    assert json.loads((tmp_path / "loader_speed.json").read_text())["ratios"] == result["ratios"]
+    assert "loader_speed" in tables.read_text()

@@ -1,0 +1,177 @@
+"""``dataset``: look inside, check, summarise and convert fleet stores.
+
+    dataset info data/fleet                      what is in it, per site and per robot
+    dataset verify data/fleet                    check every shard; exit 1 on corruption
+    dataset stats data/fleet                     normalisation statistics (cached in stats.json)
+    dataset export-lerobot data/fleet data/lerobot_fleet
+    dataset import-lerobot data/lerobot_fleet data/imported
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from collect.shard import store_bytes
+from dataset.fleet_store import FleetStore
+from dataset.stats import fleet_stats
+from sim.cli import fail, parse_subcommand
+
+CORRUPT_EXIT = 1
+
+STORE = {"positional": True, "help": "fleet store directory (the OUT of collect)"}
+
+
+@dataclass
+class InfoConfig:
+    """What a fleet store holds, per site and per robot."""
+
+    store: str = field(metadata=STORE)
+    json: bool = field(default=False, metadata={"help": "print JSON instead of tables"})
+
+
+@dataclass
+class VerifyConfig:
+    """Check every shard: structure, episode_ends, every chunk, NaN and inf."""
+
+    store: str = field(metadata=STORE)
+    quick: bool = field(default=False, metadata={"help": "check structure and metadata only, not every chunk"})
+
+
+@dataclass
+class StatsConfig:
+    """Per-dimension normalisation statistics (mean, std, min, max, q01, q99)."""
+
+    store: str = field(metadata=STORE)
+    recompute: bool = field(default=False, metadata={"help": "ignore the cached stats.json"})
+    json: bool = field(default=False, metadata={"help": "print JSON instead of a table"})
+
+
+@dataclass
+class ExportConfig:
+    """Write a fleet store as a LeRobotDataset v3.0 (through lerobot's own API)."""
+
+    store: str = field(metadata=STORE)
+    root: str = field(metadata={"positional": True, "help": "new LeRobotDataset root (must not exist)"})
+    repo_id: str | None = field(default=None, metadata={"help": "dataset repo id (default: robofleet/<store name>)"})
+    videos: bool = field(default=False, metadata={"help": "encode cameras as video (lossy) instead of images"})
+
+
+@dataclass
+class ImportConfig:
+    """Read a local LeRobotDataset into a fleet store: one shard per robot_id, else one shard."""
+
+    root: str = field(metadata={"positional": True, "help": "LeRobotDataset root directory"})
+    out: str = field(metadata={"positional": True, "help": "fleet store directory to create"})
+    repo_id: str | None = field(default=None, metadata={"help": "dataset repo id (default: from the root's name)"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing OUT"})
+
+
+def _open(path: str) -> FleetStore:
+    try:
+        return FleetStore.open(path)
+    except FileNotFoundError as error:
+        fail(str(error))
+
+
+def _table(header: list[str], rows: list[list]) -> str:
+    cells = [header, *[[str(cell) for cell in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join("  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in cells)
+
+
+def store_summary(store: FleetStore) -> dict:
+    """Per-robot and per-site episode, failure and frame counts, with the task and features."""
+    robots = []
+    for robot_id in store.robots:
+        shard = store.shards[robot_id]
+        robots.append({"robot_id": robot_id, "site": store.site_of(robot_id), "episodes": shard.num_episodes,
+                       "failed": len(shard.group.attrs.get("failed_episodes", [])), "frames": shard.num_frames})
+    sites = defaultdict(lambda: {"robots": 0, "episodes": 0, "failed": 0, "frames": 0})
+    for robot in robots:
+        site = sites[robot["site"]]
+        site["robots"] += 1
+        for key in ("episodes", "failed", "frames"):
+            site[key] += robot[key]
+    manifest = store.manifest or {}
+    return {"path": str(store.path), "task": (manifest.get("task") or {}).get("name"), "fps": manifest.get("fps"),
+            "features": {name: feature["shape"] for name, feature in store.features.items()},
+            "episodes": store.num_episodes, "frames": store.num_frames, "bytes": store_bytes(store.path),
+            "sites": dict(sites), "robots": robots}
+
+
+def info(config: InfoConfig) -> None:
+    summary = store_summary(_open(config.store))
+    if config.json:
+        print(json.dumps(summary, indent=2))
+        return
+    print(f"{summary['path']}: task {summary['task']}, {summary['fps']} fps, {summary['episodes']} episodes, "
+          f"{summary['frames']} frames, {summary['bytes'] / 2**20:.1f} MiB")
+    print("features: " + ", ".join(f"{name} {shape}" for name, shape in summary["features"].items()) + "\n")
+    print(_table(["site", "robots", "episodes", "failed", "frames"],
+                 [[site, *values.values()] for site, values in sorted(summary["sites"].items())]) + "\n")
+    print(_table(["robot", "site", "episodes", "failed", "frames"], [list(r.values()) for r in summary["robots"]]))
+
+
+def verify(config: VerifyConfig) -> None:
+    from dataset.verify import verify_store
+
+    store = _open(config.store)
+    problems = verify_store(store, check_data=not config.quick, progress=True)
+    for problem in problems:
+        print(problem)
+    if problems:
+        fail(f"{len(problems)} problem(s) in {store.path}", code=CORRUPT_EXIT)
+    print(f"{store.path}: {len(store.robots)} shards, {store.num_episodes} episodes, {store.num_frames} frames: OK")
+
+
+def stats(config: StatsConfig) -> None:
+    try:
+        values = fleet_stats(_open(config.store), recompute=config.recompute)
+    except ValueError as error:
+        fail(str(error))
+    if config.json:
+        print(json.dumps({name: {k: v.tolist() for k, v in s.items()} for name, s in values.items()}, indent=2))
+        return
+    rows = []
+    for name, feature_stats in values.items():
+        for dim in range(feature_stats["mean"].size):
+            rows.append([f"{name}[{dim}]", *(f"{np.ravel(feature_stats[k])[dim]:.4g}" for k in feature_stats)])
+    print(_table(["feature", *next(iter(values.values()))], rows))
+
+
+def export_lerobot(config: ExportConfig) -> None:
+    from dataset.lerobot_io import export_lerobot as export  # lerobot is slow to import: only when asked
+
+    try:
+        root = export(_open(config.store), Path(config.root), repo_id=config.repo_id, use_videos=config.videos)
+    except ValueError as error:
+        fail(str(error))
+    print(f"wrote LeRobotDataset {root}")
+
+
+def import_lerobot(config: ImportConfig) -> None:
+    from dataset.lerobot_io import import_lerobot as import_  # lerobot is slow to import: only when asked
+
+    try:
+        import_(Path(config.root), Path(config.out), repo_id=config.repo_id, overwrite=config.overwrite)
+    except (ValueError, FileNotFoundError) as error:
+        fail(str(error))
+    print(f"wrote fleet store {config.out}")
+
+
+COMMANDS = {"info": (InfoConfig, info), "verify": (VerifyConfig, verify), "stats": (StatsConfig, stats),
+            "export-lerobot": (ExportConfig, export_lerobot), "import-lerobot": (ImportConfig, import_lerobot)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    name, config = parse_subcommand({name: config for name, (config, _) in COMMANDS.items()}, __doc__, argv)
+    COMMANDS[name][1](config)
+
+
+if __name__ == "__main__":
+    main()

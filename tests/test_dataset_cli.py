@@ -1,0 +1,69 @@
+"""The ``dataset`` command: info, verify, stats and the LeRobot conversions, run as users run it."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+from collect_helpers import REPO, subprocess_env
+from dataset import FleetStore
+from sim.fleet import make_robot
+
+
+def dataset_command(*arguments) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dataset.cli", *map(str, arguments)], capture_output=True,
+                          text=True, env=subprocess_env(), cwd=REPO, timeout=300)
+
+
+def test_info_reports_per_site_and_per_robot_counts(pick_place_fleet):
+    completed = dataset_command("info", pick_place_fleet, "--json")
+    assert completed.returncode == 0, completed.stderr
+    summary = json.loads(completed.stdout)
+    store = FleetStore.open(pick_place_fleet)
+    assert summary["task"] == "pick_place" and summary["episodes"] == store.num_episodes == 9
+    assert [robot["site"] for robot in summary["robots"]] == [make_robot(r).site for r in range(3)]
+    assert sum(site["episodes"] for site in summary["sites"].values()) == 9
+    table = dataset_command("info", pick_place_fleet).stdout
+    assert "site" in table and make_robot(0).site in table
+
+
+def test_verify_exits_zero_when_clean_and_one_naming_the_shard_when_corrupt(pick_place_fleet, tmp_path):
+    clean = dataset_command("verify", pick_place_fleet)
+    assert clean.returncode == 0 and "OK" in clean.stdout, clean.stderr
+    broken = tmp_path / "fleet"
+    shutil.copytree(pick_place_fleet, broken)
+    shutil.rmtree(broken / "robot_0002.zarr")
+    completed = dataset_command("verify", broken)
+    assert completed.returncode == 1
+    assert "robot_0002" in completed.stdout
+    assert completed.stderr.strip().splitlines()[-1].startswith("error: 1 problem")  # after the progress bar
+
+
+def test_stats_prints_every_dimension(pick_place_fleet, tmp_path):
+    path = tmp_path / "fleet"
+    shutil.copytree(pick_place_fleet, path)
+    completed = dataset_command("stats", path, "--json")
+    assert completed.returncode == 0, completed.stderr
+    stats = json.loads(completed.stdout)
+    assert len(stats["observation.state"]["q99"]) == 20
+    assert "action[4]" in dataset_command("stats", path).stdout
+
+
+def test_export_then_import_through_the_command_line(camera_fleet, tmp_path):
+    exported, imported = tmp_path / "lerobot", tmp_path / "imported"
+    completed = dataset_command("export-lerobot", camera_fleet, exported)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    completed = dataset_command("import-lerobot", exported, imported)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert dataset_command("verify", imported).returncode == 0
+    assert FleetStore.open(imported).num_frames == FleetStore.open(camera_fleet).num_frames
+    again = dataset_command("export-lerobot", camera_fleet, exported)
+    assert again.returncode == 2 and "exists" in again.stderr
+
+
+def test_bad_input_is_one_line_and_exit_two(tmp_path):
+    for arguments in (["info", tmp_path / "nothing"], ["stats", tmp_path / "nothing"], ["verify", tmp_path / "no"]):
+        completed = dataset_command(*arguments)
+        assert completed.returncode == 2 and completed.stderr.startswith("error:"), completed.stderr
+        assert completed.stderr.strip().count("\n") == 0
+    assert dataset_command("frobnicate").returncode == 2
