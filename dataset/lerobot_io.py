@@ -67,8 +67,12 @@ def export_lerobot(store: FleetStore, root: Path, repo_id: str | None = None, us
                        "shape": tuple(feature["shape"]),  # lerobot compares shapes with tuples
                        "names": feature["names"]}
                 for name, feature in store.features.items()}
+    # Built aside and renamed into place at the end: an interrupted export leaves no half dataset at root.
+    building = root.with_name(f".{root.name}.exporting")
+    if building.exists():
+        shutil.rmtree(building)  # left by an export that died
     dataset = LeRobotDataset.create(repo_id or f"robofleet/{store.path.name}", fps, {**features, **FLEET_FEATURES},
-                                    root=root, robot_type=ROBOT_TYPE, use_videos=use_videos)
+                                    root=building, robot_type=ROBOT_TYPE, use_videos=use_videos)
     sidecar = {"version": SIDECAR_VERSION, "sites": list(SITES), "manifest": store.manifest,
                "features": store.features, "robots": {}, "episodes": []}
     with _quiet_lerobot(), tqdm(total=store.num_episodes, desc="export", unit="ep", disable=not progress) as bar:
@@ -88,9 +92,13 @@ def export_lerobot(store: FleetStore, root: Path, repo_id: str | None = None, us
                     dataset.save_episode()
                     sidecar["episodes"].append({"robot_id": robot, **info})
                     bar.update()
-        finally:
-            dataset.finalize()  # closes the parquet writers: without it the files have no footer
-    write_json_atomic(root / SIDECAR, sidecar)
+        except BaseException:
+            dataset.finalize()
+            shutil.rmtree(building, ignore_errors=True)
+            raise
+    dataset.finalize()  # closes the parquet writers: without it the files have no footer
+    write_json_atomic(building / SIDECAR, sidecar)
+    building.rename(root)
     return root
 
 

@@ -136,3 +136,19 @@ def test_refusals(fleet, exported, tmp_path):
     (old / "meta/info.json").write_text(json.dumps({**info, "codebase_version": "v2.1"}))
     with pytest.raises(ValueError, match="v2.1"):
         import_lerobot(old, tmp_path / "out2", progress=False)
+
+
+def test_an_interrupted_export_leaves_nothing_behind(fleet, tmp_path, monkeypatch):
+    store = FleetStore.open(fleet)
+    calls = []
+
+    def episode_then_crash(robot_id, index):
+        calls.append(index)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return FleetStore.episode(store, robot_id, index)
+
+    monkeypatch.setattr(store, "episode", episode_then_crash)
+    with pytest.raises(KeyboardInterrupt):
+        export_lerobot(store, tmp_path / "export", progress=False)
+    assert list(tmp_path.iterdir()) == []  # neither the dataset nor its half-built copy
