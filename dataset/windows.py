@@ -104,6 +104,11 @@ class FleetWindowDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self._first)
 
+    @property
+    def window_nbytes(self) -> int:
+        """Bytes of one sample as the dataset returns it."""
+        return sum(math.prod(shape) * dtype.itemsize for _, shape, dtype in self._layout(1))
+
     def __getitem__(self, index: int | Sequence[int]) -> dict[str, torch.Tensor]:
         if np.ndim(index) == 0:
             return {key: value[0] for key, value in self._batch(np.array([index])).items()}

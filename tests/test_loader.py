@@ -10,6 +10,7 @@ import torch
 from collect_helpers import REPO, subprocess_env
 from dataset import FleetStore
 from dataset.episodes import select_episodes
+from dataset import loader as loader_module
 from dataset.loader import make_dataloader
 from dataset.windows import FleetWindowDataset, WindowSpec
 
@@ -49,6 +50,21 @@ def test_worker_processes_give_the_same_batches_as_the_main_process(pick_place_f
     with_workers = list(make_dataloader(dataset, batch_size=32, num_workers=2, seed=5))
     assert len(in_process) == len(with_workers) == len(dataset) // 32
     for a, b in zip(in_process, with_workers):
+        for key in a:
+            torch.testing.assert_close(a[key], b[key])
+
+
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_blocks_of_batches_give_the_same_batches_as_one_batch_at_a_time(pick_place_fleet, monkeypatch, drop_last):
+    dataset = windows(pick_place_fleet)
+    assert loader_module.batches_per_block(dataset, 16) > 1
+    blocked = make_dataloader(dataset, batch_size=16, num_workers=0, drop_last=drop_last)
+    monkeypatch.setattr(loader_module, "MAX_BATCHES_PER_BLOCK", 1)
+    single = make_dataloader(dataset, batch_size=16, num_workers=0, drop_last=drop_last)
+    blocked_batches, single_batches = list(blocked), list(single)
+    assert len(blocked_batches) == len(single_batches) == len(blocked) == len(single)
+    assert [len(b["action"]) for b in blocked_batches][-1] == (16 if drop_last else len(dataset) % 16)
+    for a, b in zip(blocked_batches, single_batches):
         for key in a:
             torch.testing.assert_close(a[key], b[key])
 
