@@ -1,0 +1,82 @@
+"""train/bc.py: one process and torchrun ranks, checkpoints that resume and load for evaluation."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from collect_helpers import REPO, subprocess_env
+from sim.fleet import make_robot
+from sim.tasks import resolve_task
+from train.checkpoint import latest_checkpoint, load_checkpoint, load_policy
+
+QUICK = ["--batch-size", "32", "--log-interval", "5", "--val-interval", "10", "--checkpoint-interval", "10",
+         "--warmup-steps", "5", "--hidden", "64", "64", "--lr", "3e-3"]
+
+
+def train(*arguments, ranks: int = 1) -> subprocess.CompletedProcess:
+    launcher = [sys.executable]
+    if ranks > 1:
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
+    env = {**subprocess_env(), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    return subprocess.run([*launcher, str(REPO / "train" / "bc.py"), *QUICK, *map(str, arguments)],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+
+
+def metrics(run) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_one_process_learns_checkpoints_and_resumes_where_it_stopped(pick_place_fleet, tmp_path):
+    run = tmp_path / "run"
+    first = train("--data", pick_place_fleet, "--out", run, "--max-steps", "40")
+    assert first.returncode == 0, first.stderr[-3000:]
+    losses = [r["loss"] for r in metrics(run) if "loss" in r]
+    assert losses[-1] < 0.7 * losses[0], losses  # it learns
+    assert json.loads((run / "config.json").read_text())["config"]["max_steps"] == 40
+    assert load_checkpoint(latest_checkpoint(run))["step"] == 40
+
+    second = train("--data", pick_place_fleet, "--out", run, "--max-steps", "60")
+    assert second.returncode == 0 and "resumed from step 40" in second.stdout
+    steps = [r["step"] for r in metrics(run) if "loss" in r]
+    assert steps == sorted(steps) and steps[-1] == 60 and steps.count(40) == 1
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*.pt")) == \
+        ["step_00000040.pt", "step_00000050.pt", "step_00000060.pt"]  # the newest 3 are kept
+
+
+def test_a_checkpoint_is_all_evaluation_needs(pick_place_fleet, tmp_path):
+    run = tmp_path / "run"
+    assert train("--data", pick_place_fleet, "--out", run, "--max-steps", "10").returncode == 0
+    policy, checkpoint = load_policy(run)
+    assert checkpoint["task"]["name"] == "pick_place" and checkpoint["features"]["action"]["shape"] == [5]
+    assert set(checkpoint["stats"]) >= {"observation.state", "action"} and checkpoint["code_version"]
+    spec = resolve_task("pick_place")
+    env = spec.make_env(make_robot(0))
+    observation, _ = env.reset(seed=1)
+    policy.reset()
+    actions = []
+    for _ in range(10):  # 8 from the first chunk, then a new prediction
+        actions.append(policy.select_action(observation))
+        observation, *_ = env.step(actions[-1])
+    assert np.stack(actions).shape == (10, 5) and np.isfinite(actions).all()
+
+
+def test_two_torchrun_ranks_end_with_identical_weights(pick_place_fleet, tmp_path):
+    run = tmp_path / "ddp"
+    completed = train("--data", pick_place_fleet, "--out", run, "--max-steps", "20", ranks=2)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "2 rank(s)" in completed.stdout
+    assert metrics(run)[-1] == {"step": 20, "ranks_in_sync": True, "world_size": 2}
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--data", "/nonexistent"], "no fleet store"),
+    (["--policy", "transformer"], "unknown policy"),
+    (["--batch-size", "0"], "--batch-size must be at least 1"),
+])
+def test_bad_input_is_one_line_and_nonzero(pick_place_fleet, tmp_path, arguments, message):
+    completed = train("--data", pick_place_fleet, "--out", tmp_path / "run", *arguments)
+    assert completed.returncode == 2 and message in completed.stderr
+    assert completed.stderr.strip().count("\n") == 0

@@ -1,0 +1,43 @@
+"""The training config: a dataclass whose fields are the ``train/bc.py`` options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TrainConfig:
+    data: str = field(default="data/fleet", metadata={"help": "fleet store to train on (the OUT of collect)"})
+    out: str = field(default="runs/bc", metadata={"help": "run directory: config, metrics, checkpoints"})
+    policy: str = field(default="mlp", metadata={"help": "policy kind"})
+    n_obs_steps: int = field(default=2, metadata={"help": "observation frames per window"})
+    horizon: int = field(default=16, metadata={"help": "actions predicted per window (the chunk)"})
+    n_action_steps: int = field(default=8, metadata={"help": "actions of a chunk executed before predicting again"})
+    hidden: tuple[int, ...] = field(default=(256, 256), metadata={"help": "MLP hidden widths"})
+    sites: tuple[str, ...] = field(default=(), metadata={"help": "train on these sites only (default: all)"})
+    robots: tuple[int, ...] = field(default=(), metadata={"help": "train on these robots only (default: all)"})
+    val_fraction: float = field(default=0.1, metadata={"help": "episodes held out for validation"})
+    mode: str = field(default="memory", metadata={"help": "dataset mode: memory or streaming"})
+    batch_size: int = field(default=256, metadata={"help": "windows per rank per micro-step"})
+    max_steps: int = field(default=2000, metadata={"help": "optimiser steps in total (a resumed run counts on)"})
+    lr: float = field(default=1e-3, metadata={"help": "peak learning rate"})
+    warmup_steps: int = field(default=100, metadata={"help": "linear warmup, then cosine decay to 10%"})
+    weight_decay: float = field(default=1e-4, metadata={"help": "AdamW weight decay"})
+    grad_clip: float = field(default=1.0, metadata={"help": "max gradient norm (0: no clipping)"})
+    log_interval: int = field(default=50, metadata={"help": "steps between progress lines"})
+    val_interval: int = field(default=250, metadata={"help": "steps between validation losses"})
+    checkpoint_interval: int = field(default=500, metadata={"help": "steps between checkpoints"})
+    keep_checkpoints: int = field(default=3, metadata={"help": "newest checkpoints kept"})
+    resume: bool = field(default=True, metadata={"help": "carry on from OUT's latest checkpoint"})
+    seed: int = field(default=0, metadata={"help": "seeds the weights, the sampler and the split"})
+
+    def __post_init__(self):
+        for name in ("n_obs_steps", "horizon", "n_action_steps", "batch_size", "max_steps", "log_interval",
+                     "val_interval", "checkpoint_interval", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.mode not in ("memory", "streaming"):
+            raise ValueError(f"--mode must be memory or streaming, got {self.mode!r}")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
+        self.hidden, self.sites, self.robots = tuple(self.hidden), tuple(self.sites), tuple(self.robots)
