@@ -12,6 +12,7 @@ carries on after a crash, from the start of the epoch the checkpoint was in.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -138,8 +139,9 @@ def main(argv: list[str] | None = None) -> None:
         write_json_atomic(run / "config.json", {"config": vars(config), "policy_spec": spec.to_dict(),
                                                  "world_size": world_size, "code_version": code_version()})
         print(f"training {config.policy} on {len(train_episodes)} episodes ({len(val_episodes)} held out), "
-              f"{world_size} rank(s) on {device}, batch {config.batch_size} x {world_size} ranks = "
-              f"{config.batch_size * world_size} windows per step"
+              f"{world_size} rank(s) on {device}, batch "
+              f"{config.batch_size} x {config.grad_accum} micro-steps x {world_size} ranks = "
+              f"{config.batch_size * config.grad_accum * world_size} windows per step (the effective batch)"
               + (f"; resumed from step {step}" if checkpoint_path else ""))
     metrics = open(run / "metrics.jsonl", "a") if master else None
 
@@ -147,32 +149,37 @@ def main(argv: list[str] | None = None) -> None:
     batches = iter(train_loader)
     window_start, data_wait, samples = time.perf_counter(), 0.0, 0
     while step < config.max_steps:
-        wait_start = time.perf_counter()
-        try:
-            batch = next(batches)
-        except StopIteration:  # an epoch ends: the next pass reshuffles (set_epoch)
-            batches = iter(train_loader)
-            batch = next(batches)
-        batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
-        data_wait += time.perf_counter() - wait_start
-
-        loss = model(batch)
-        if not math.isfinite(mean_over_ranks(loss.item(), device)):
-            fail(f"loss is {loss.item()} at step {step}; stopping. The last good checkpoint is kept in "
-                 f"{run / 'checkpoints'}", code=3)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        step_loss = 0.0
+        for micro_step in range(config.grad_accum):
+            wait_start = time.perf_counter()
+            try:
+                batch = next(batches)
+            except StopIteration:  # an epoch ends: the next pass reshuffles (set_epoch)
+                batches = iter(train_loader)
+                batch = next(batches)
+            batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
+            data_wait += time.perf_counter() - wait_start
+            # Gradients are all-reduced once per step: on the last micro-step, not on the ones before.
+            last_micro_step = micro_step == config.grad_accum - 1
+            with model.no_sync() if ddp and not last_micro_step else contextlib.nullcontext():
+                loss = model(batch) / config.grad_accum
+                loss.backward()
+            step_loss += loss.item()
+            samples += len(batch["action"]) * world_size
+        if not math.isfinite(mean_over_ranks(step_loss, device)):
+            fail(f"loss is {step_loss} at step {step}; stopping. The last good checkpoint is kept in "
+                 f"{run / 'checkpoints'}", code=3)
         if config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
         optimizer.step()
         scheduler.step()
         step += 1
-        samples += len(batch["action"]) * world_size
 
         record = {}
         if step % config.log_interval == 0 or step == config.max_steps:
             elapsed = time.perf_counter() - window_start
-            record = {"step": step, "epoch": train_loader.epoch - 1, "loss": mean_over_ranks(loss.item(), device),
+            record = {"step": step, "epoch": train_loader.epoch - 1, "loss": mean_over_ranks(step_loss, device),
                       "lr": scheduler.get_last_lr()[0], "samples_per_s": samples / elapsed,
                       "data_wait_s": data_wait}
             window_start, data_wait, samples = time.perf_counter(), 0.0, 0

@@ -19,6 +19,7 @@ class TrainConfig:
     val_fraction: float = field(default=0.1, metadata={"help": "episodes held out for validation"})
     mode: str = field(default="memory", metadata={"help": "dataset mode: memory or streaming"})
     batch_size: int = field(default=256, metadata={"help": "windows per rank per micro-step"})
+    grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimiser step (DDP syncs on the last)"})
     max_steps: int = field(default=2000, metadata={"help": "optimiser steps in total (a resumed run counts on)"})
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate"})
     warmup_steps: int = field(default=100, metadata={"help": "linear warmup, then cosine decay to 10%"})
@@ -32,7 +33,7 @@ class TrainConfig:
     seed: int = field(default=0, metadata={"help": "seeds the weights, the sampler and the split"})
 
     def __post_init__(self):
-        for name in ("n_obs_steps", "horizon", "n_action_steps", "batch_size", "max_steps", "log_interval",
+        for name in ("n_obs_steps", "horizon", "n_action_steps", "batch_size", "grad_accum", "max_steps", "log_interval",
                      "val_interval", "checkpoint_interval", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
