@@ -37,6 +37,10 @@ class Shard:
     def num_frames(self) -> int:
         return int(self.episode_ends[-1]) if len(self.episode_ends) else 0
 
+    def episode_of(self, frame: int) -> int:
+        """Position of the committed episode that holds shard frame ``frame``."""
+        return int(np.searchsorted(self.episode_ends, frame, side="right"))
+
     def bounds(self, index: int) -> tuple[int, int]:
         if not 0 <= index < self.num_episodes:
             raise IndexError(f"robot {self.robot_id} has {self.num_episodes} episodes, not index {index}")

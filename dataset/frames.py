@@ -30,8 +30,7 @@ def check_finite(values: np.ndarray, shard: Shard, feature: str, first_frame: in
     bad_rows = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
     if bad_rows.any():
         frame = first_frame + int(np.argmax(bad_rows))
-        episode = int(np.searchsorted(shard.episode_ends, frame, side="right"))
-        raise DataError(f"{shard.path.name} episode {episode}: {feature} has NaN or inf at frame {frame}; "
+        raise DataError(f"{shard.path.name} episode {shard.episode_of(frame)}: {feature} has NaN or inf at frame {frame}; "
                         f"run `dataset verify {shard.path.parent}`")
 
 

@@ -158,7 +158,7 @@ class _ShardCheck:
     def nonfinite(self, path: str, start: int, values: np.ndarray, reported: set[int]) -> None:
         """Report the first NaN or inf frame of each episode in ``values`` (frames from ``start``) once."""
         for frame in start + np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1)):
-            episode = int(np.searchsorted(self.ends, frame, "right"))
+            episode = self.shard.episode_of(frame)
             if episode not in reported:
                 reported.add(episode)
                 first = int(self.ends[episode - 1]) if episode else 0
@@ -189,7 +189,7 @@ class _ShardCheck:
         for name, array in self.data.items():
             if array.shape[0] < frames:
                 self.report(f"data/{name} has {array.shape[0]} frames, episode_ends need {frames}",
-                            [int(np.searchsorted(self.ends, array.shape[0], "right"))])
+                            [self.shard.episode_of(array.shape[0])])
         lengths, indices = (self.meta_values.get(f"meta/{name}") for name in ("episode_length", "episode_index"))
         if lengths is not None and len(lengths) == count:
             actual = np.diff(self.ends, prepend=0)

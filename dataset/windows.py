@@ -81,7 +81,6 @@ class FleetWindowDataset(torch.utils.data.Dataset):
             raise ValueError(f"the store has no feature {missing[0]!r}; it has {sorted(features)}")
         self.spec, self.mode, self.episodes = spec, mode, list(episodes)
         self.features = {name: features[name] for name in spec.delta_indices}
-        self.deltas = {name: np.asarray(d, dtype=np.int64) for name, d in spec.delta_indices.items()}
 
         shard_keys = sorted({(e.store, e.robot_id) for e in self.episodes})
         shards = [stores[store].shards[robot] for store, robot in shard_keys]
@@ -125,7 +124,7 @@ class FleetWindowDataset(torch.utils.data.Dataset):
         windows = {}  # features with the same deltas (all observations) share their row indices and mask
         for name, deltas in self.spec.delta_indices.items():
             if deltas not in windows:
-                wanted = current + self.deltas[name]
+                wanted = current + np.asarray(deltas)
                 windows[deltas] = (np.clip(wanted, first, last).ravel(), (wanted < first) | (wanted > last))
             rows, padding = windows[deltas]
             if self.features[name]["dtype"] in ("image", "video"):  # uint8 H W C -> float C H W in [0, 1]
@@ -143,7 +142,7 @@ class FleetWindowDataset(torch.utils.data.Dataset):
     def _layout(self, batch_size: int) -> tuple[tuple[str, tuple[int, ...], torch.dtype], ...]:
         """Name, shape and dtype of every tensor in a batch of ``batch_size`` windows."""
         layout = []
-        for name, deltas in self.deltas.items():
+        for name, deltas in self.spec.delta_indices.items():
             shape = tuple(self.features[name]["shape"])
             if self.features[name]["dtype"] in ("image", "video"):
                 height, width, channels = shape

@@ -4,6 +4,7 @@
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -20,7 +21,7 @@ def sample_keys(batch) -> list[list[int]]:
 
 
 def main(store_path: str, out_dir: str, num_workers: str) -> None:
-    if "RANK" in __import__("os").environ:
+    if "RANK" in os.environ:
         dist.init_process_group("gloo")
     store = FleetStore.open(store_path)
     dataset = FleetWindowDataset(store, select_episodes(store), WindowSpec.of(2, 4, store.features))

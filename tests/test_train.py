@@ -105,3 +105,13 @@ def test_accumulation_and_ranks_match_one_large_batch(pick_place_fleet, tmp_path
         other = final_weights(runs[name])
         for key, value in large.items():
             np.testing.assert_allclose(other[key].numpy(), value.numpy(), atol=1e-5, err_msg=f"{name} {key}")
+
+
+def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_checkpoint(pick_place_fleet, tmp_path):
+    run = tmp_path / "run"
+    completed = train("--data", pick_place_fleet, "--out", run, "--max-steps", "50", "--lr", "1e30",
+                      "--checkpoint-interval", "1", "--warmup-steps", "1")
+    assert completed.returncode == 3, completed.stderr[-2000:]
+    assert "not finite" in completed.stderr and completed.stderr.strip().count("\n") == 0
+    checkpoint = load_checkpoint(latest_checkpoint(run))  # intact: it loads
+    assert 1 <= checkpoint["step"] < 50

@@ -167,11 +167,13 @@ def main(argv: list[str] | None = None) -> None:
                 loss.backward()
             step_loss += loss.item()
             samples += len(batch["action"]) * world_size
-        if not math.isfinite(mean_over_ranks(step_loss, device)):
-            fail(f"loss is {step_loss} at step {step}; stopping. The last good checkpoint is kept in "
-                 f"{run / 'checkpoints'}", code=3)
-        if config.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip)
+        # The gradients are all-reduced, so their norm is the same on every rank: a NaN loss on
+        # any rank makes it NaN everywhere, and all ranks stop together without an extra collective.
+        gradient_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(),
+                                                       config.grad_clip if config.grad_clip > 0 else math.inf)
+        if not math.isfinite(gradient_norm.item()):
+            fail(f"loss or gradients are not finite at step {step} (loss {step_loss}); stopping. The last good "
+                 f"checkpoint is kept in {run / 'checkpoints'}", code=3)
         optimizer.step()
         scheduler.step()
         step += 1
