@@ -74,9 +74,17 @@ def load_checkpoint(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def load_policy(path: Path) -> tuple[Policy, dict]:
-    """The trained policy (in eval mode) and the checkpoint it came from."""
+def load_policy(path: Path, robot_id: int | None = None) -> tuple[Policy, dict]:
+    """The trained policy (in eval mode) and the checkpoint it came from.
+
+    A federated checkpoint may carry personal weights (``checkpoint["personal"]``: robot id ->
+    the state-dict entries that stay local, such as a head); with ``robot_id`` those replace the
+    shared ones. A robot without personal weights gets the shared policy.
+    """
     checkpoint = load_checkpoint(path)
     policy = make_policy(PolicySpec(**checkpoint["policy_spec"]), checkpoint["stats"])
-    policy.load_state_dict(checkpoint["model"])
+    state = dict(checkpoint["model"])
+    if robot_id is not None:
+        state.update(checkpoint.get("personal", {}).get(int(robot_id), {}))
+    policy.load_state_dict(state)
     return policy.eval(), checkpoint

@@ -7,9 +7,11 @@ from the fleet statistics), so a checkpoint is enough to run it:
   ``dataset.windows.FleetWindowDataset`` (``observation.*`` [B, n_obs_steps, ...],
   ``action`` [B, horizon, A], ``action_is_pad`` [B, horizon]).
 - ``reset()``: forget the observation history and queued actions (call at episode start).
-- ``select_action(observation) -> action``: one env observation dict (numpy, no batch
-  dimension) in, one action out. It predicts a chunk of ``horizon`` actions, executes
-  the first ``n_action_steps`` of them one per call, then predicts again.
+- ``select_action(observation) -> action``: one env observation dict (numpy) in, one
+  action out. It predicts a chunk of ``horizon`` actions, executes the first
+  ``n_action_steps`` of them one per call, then predicts again. A leading batch
+  dimension runs B envs in lockstep (``[B, ...]`` in, ``[B, A]`` out); ``reset()``
+  starts all of them afresh.
 """
 
 from __future__ import annotations
@@ -75,18 +77,22 @@ class Policy(nn.Module):
 
     @torch.no_grad()
     def select_action(self, observation: dict[str, np.ndarray]) -> np.ndarray:
+        first = next(iter(self.spec.features))
+        batched = np.ndim(observation[first]) > len(self.spec.features[first])
         for name in self.spec.features:
             history = self._history.setdefault(name, deque(maxlen=self.spec.n_obs_steps))
             value = np.asarray(observation[name], dtype=np.float32)
+            value = value if batched else value[None]
             while len(history) < self.spec.n_obs_steps - 1:  # an episode's first frame pads the history
                 history.append(value)
             history.append(value)
         if not self._queued:
             device = next(self.buffers()).device
-            window = {name: torch.from_numpy(np.stack(h))[None].to(device) for name, h in self._history.items()}
-            chunk = self.predict_chunk(window)[0].cpu().numpy()
-            self._queued.extend(chunk[: self.spec.n_action_steps])
-        return self._queued.popleft()
+            window = {name: torch.from_numpy(np.stack(h, axis=1)).to(device) for name, h in self._history.items()}
+            chunk = self.predict_chunk(window).cpu().numpy()  # [B, horizon, A]
+            self._queued.extend(chunk.transpose(1, 0, 2)[: self.spec.n_action_steps])
+        action = self._queued.popleft()
+        return action if batched else action[0]
 
 
 class MLPPolicy(Policy):
