@@ -36,3 +36,8 @@ def test_a_chunk_is_predicted_every_n_action_steps():
         policy.select_action({"observation.state": np.zeros(3, np.float32)})
     assert len(calls) == 3  # steps 0, 2 and 4
     assert calls[0]["observation.state"].shape == (1, 2, 3)  # [B, n_obs_steps, ...], the first frame repeated
+
+
+def test_the_mlp_head_is_its_output_layer():
+    policy = tiny_mlp()
+    assert policy.head_keys() == ["net.2.weight", "net.2.bias"]  # Linear, GELU, Linear

@@ -71,6 +71,10 @@ class Policy(nn.Module):
         """Actions [B, horizon, A] (unnormalised) for observation windows [B, n_obs_steps, ...]."""
         raise NotImplementedError
 
+    def head_keys(self) -> list[str]:
+        """The state-dict keys of the output head: what personalised federated learning keeps per robot."""
+        raise NotImplementedError(f"{type(self).__name__} does not name its head")
+
     def reset(self) -> None:
         self._history: dict[str, deque] = {}
         self._queued: deque[np.ndarray] = deque()
@@ -123,6 +127,10 @@ class MLPPolicy(Policy):
 
     def predict_chunk(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.action.inverse(self._normalised_chunk(observations))
+
+    def head_keys(self) -> list[str]:
+        last = len(self.net) - 1
+        return [key for key in self.state_dict() if key.startswith(f"net.{last}.")]
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         error = (self._normalised_chunk(batch) - self.action(batch["action"])).pow(2).mean(dim=2)
