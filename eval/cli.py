@@ -1,0 +1,44 @@
+"""``evaluate``: roll a trained policy out on every robot of a fleet and measure success.
+
+    evaluate --checkpoint runs/bc --robots 100 --episodes 10 --out runs/eval
+    evaluate --checkpoint runs/bc --compare                 # the scripted expert beside it
+    evaluate --expert --task reach --robots 30              # the expert alone: the upper bound
+
+Episode seeds are held out from training; --robot-offset evaluates robots that were
+never in the training data. Writes EVAL/eval_info.json, per_robot.csv, success.png
+(and videos/ with --videos K) and prints success per site and for the fleet.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from eval.config import EvalConfig
+from eval.engine import run_evaluation
+from eval.report import format_comparison, format_table
+from sim.cli import fail, parse_config
+
+INTERRUPTED_EXIT = 130
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = parse_config(EvalConfig, __doc__, argv)
+    try:
+        info = run_evaluation(config)
+    except ValueError as error:
+        fail(str(error))
+    except RuntimeError as error:
+        fail(str(error).splitlines()[0], code=1)
+    except KeyboardInterrupt:
+        print("\ninterrupted: nothing was written", file=sys.stderr)
+        raise SystemExit(INTERRUPTED_EXIT) from None
+    if not config.quiet:
+        if config.compare:
+            print(format_comparison(info))
+        print(format_table(info))
+        print(f"wrote {config.out}/eval_info.json, per_robot.csv, success.png"
+              + (f" and {len(info['video_paths'])} videos" if info["video_paths"] else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""The evaluation config: a dataclass whose fields are the ``evaluate`` options."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class EvalConfig:
+    checkpoint: str | None = field(default=None, metadata={
+        "help": "a training run, its checkpoints/last or a checkpoint file (not needed with --expert --task)"})
+    robots: int = field(default=10, metadata={"help": "robots evaluated: OFFSET..OFFSET+N-1 of the fleet seed"})
+    episodes: int = field(default=10, metadata={"help": "episodes per robot, on held-out seeds"})
+    out: str = field(default="runs/eval", metadata={"help": "output directory (EVAL)"})
+    robot_offset: int = field(default=0, metadata={
+        "help": "first robot id; past the training fleet it measures robots never seen in training"})
+    task: str | None = field(default=None, metadata={"help": "task (default: the checkpoint's; checked against it)"})
+    seed: int | None = field(default=None, metadata={
+        "help": "fleet seed (default: the training collection's, so robot k is the robot trained on)"})
+    expert: bool = field(default=False, metadata={"help": "evaluate the scripted expert instead of the policy"})
+    compare: bool = field(default=False, metadata={
+        "help": "evaluate the policy and the expert on the same robots and seeds"})
+    videos: int = field(default=0, metadata={"help": "episodes recorded as MP4, spread over the sites"})
+    batch: int = field(default=16, metadata={"help": "episodes of one robot run in lockstep (one batched policy call)"})
+    device: str = field(default="auto", metadata={"help": "policy device on the workers: auto (cuda if present), cpu, cuda"})
+    workers: int = field(default=os.cpu_count() or 1, metadata={"help": "local worker processes"})
+    scheduler: str | None = field(default=None, metadata={"help": "address of an existing dask scheduler"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an earlier evaluation in OUT"})
+    quiet: bool = field(default=False, metadata={"help": "no progress bar and no table"})
+
+    def __post_init__(self):
+        for name in ("robots", "episodes", "batch", "workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        for name in ("robot_offset", "videos"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 0, got {getattr(self, name)}")
+        if self.expert and self.compare:
+            raise ValueError("--expert evaluates the expert alone and --compare evaluates both: choose one")
+        if self.checkpoint is None and not (self.expert and self.task):
+            raise ValueError("--checkpoint is required (or --expert --task NAME to evaluate the scripted expert alone)")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"--device must be auto, cpu or cuda, got {self.device!r}")
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        """What is rolled out: the policy, the expert, or both (the first one is reported first)."""
+        if self.expert:
+            return ("expert",)
+        return ("policy", "expert") if self.compare else ("policy",)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,89 @@
+"""Runs an evaluation on dask: one task per robot (and per agent), progress, retries, the outputs.
+
+The cluster is collect's (``collect.engine.dask_client``): a ``LocalCluster`` of
+worker processes by default, any cluster with ``--scheduler``. A task that raises is
+retried, and dask reschedules the task of a worker that dies; a robot's episodes are
+a pure function of its seeds, so a rerun gives the same records. With a remote
+cluster, the checkpoint and EVAL must be on a filesystem the workers share.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from pathlib import Path
+
+from distributed import as_completed
+from tqdm import tqdm
+
+from collect.engine import TASK_RETRIES, dask_client
+from eval.config import EvalConfig
+from eval.output import check_out, publish, staging, write_outputs
+from eval.plan import EvalPlan, make_plan
+from eval.report import comparison, evaluation_tables
+from eval.rollout import RobotJob, evaluate_robot
+from eval.video import pick_video_episodes
+from sim.cli import code_version
+
+
+def make_jobs(config: EvalConfig, plan: EvalPlan, video_dir: Path) -> list[RobotJob]:
+    """One job per robot and agent; videos go to the first agent's episodes."""
+    videos = pick_video_episodes(plan.robots, config.episodes, config.videos)
+    return [
+        RobotJob(agent, profile.to_dict(), plan.task, tuple(plan.seeds[profile.robot_id]), plan.checkpoint,
+                 plan.cameras, plan.image_size, config.batch, config.device,
+                 videos.get(profile.robot_id, ()) if agent == config.agents[0] else (), str(video_dir), plan.fps)
+        for agent in config.agents for profile in plan.robots
+    ]
+
+
+def run_jobs(config: EvalConfig, jobs: list[RobotJob]) -> tuple[list[dict], float]:
+    """Every job's episode records, and the seconds from the first submit to the last result."""
+    records: list[dict] = []
+    with dask_client(config) as client:
+        client.run(importlib.import_module, "eval.rollout")  # torch and mujoco load before the clock starts
+        started = time.perf_counter()
+        futures = {client.submit(evaluate_robot, job, retries=TASK_RETRIES, pure=False): job for job in jobs}
+        with tqdm(total=sum(len(job.seeds) for job in jobs), desc="episodes", unit="ep", disable=config.quiet) as bar:
+            try:
+                for future in as_completed(futures):
+                    try:
+                        result = future.result()
+                    except Exception as error:  # the task raised on every try, or its workers kept dying
+                        job = futures[future]
+                        raise RuntimeError(f"robot {job.profile['robot_id']} ({job.agent}) failed after "
+                                           f"{TASK_RETRIES} retries: {type(error).__name__}: {error}") from error
+                    records += result
+                    bar.update(len(result))
+            finally:
+                client.cancel(list(futures))
+    return records, time.perf_counter() - started
+
+
+def run_evaluation(config: EvalConfig) -> dict:
+    """Evaluate, write EVAL (config.out) and return the eval_info dict.
+
+    Raises ValueError, before anything is written, for a bad checkpoint, task, schema,
+    output directory or scheduler.
+    """
+    plan = make_plan(config)
+    out = Path(config.out)
+    check_out(out, config.overwrite)
+    with staging(out) as directory:
+        records, eval_s = run_jobs(config, make_jobs(config, plan, directory / "videos"))
+        by_agent = {agent: [r for r in records if r["agent"] == agent] for agent in config.agents}
+        main = config.agents[0]
+        info = {"agent": main, "task": plan.task_name, **evaluation_tables(by_agent[main], eval_s)}
+        if config.compare:
+            info["expert"] = evaluation_tables(by_agent["expert"], eval_s)
+            info["compare"] = comparison(info, info["expert"])
+        info.update({
+            "video_paths": [r["video"] for r in info["per_episode"] if r["video"]],
+            "setup": plan.to_dict(),
+            "config": config.to_dict(),
+            "checkpoint": plan.checkpoint_info,
+            "code_version": code_version(),
+        })
+        write_outputs(directory, info)
+        publish(directory, out)
+    return info

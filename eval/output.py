@@ -1,0 +1,111 @@
+"""The EVAL directory: checks before a run, and the files written when it ends.
+
+    EVAL/eval_info.json   everything (see eval.report and eval.engine)
+    EVAL/per_robot.csv    one row per robot (and the expert beside it, when compared)
+    EVAL/success.png      per-robot success bars grouped by site, fleet mean as a line
+    EVAL/videos/*.mp4     with --videos
+
+A run builds its output in a hidden staging directory beside EVAL (workers write the
+videos there) and renames it into place only once everything is written, so EVAL
+holds a whole evaluation or nothing: an interrupted or failed run leaves no trace.
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on workers and CI
+import matplotlib.pyplot as plt  # noqa: E402
+
+from collect.manifest import write_json_atomic  # noqa: E402
+
+EVAL_INFO = "eval_info.json"
+SITE_COLOURS = {"office": "tab:orange", "warehouse": "tab:brown", "factory": "tab:blue"}
+
+
+def check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an EVAL that is a file, holds something else, or holds an evaluation (without --overwrite)."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file, not a directory")
+    if not (out.is_dir() and any(out.iterdir())):
+        return
+    if not (out / EVAL_INFO).exists():
+        raise ValueError(f"--out {out} is not empty and holds no evaluation; refusing to write there")
+    if not overwrite:
+        raise ValueError(f"--out {out} already holds an evaluation; use --overwrite or another --out")
+
+
+@contextmanager
+def staging(out: Path) -> Iterator[Path]:
+    """A fresh directory beside ``out`` to build the output in; removed unless published."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        directory = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.staging-"))
+    except OSError as error:
+        raise ValueError(f"cannot write to --out {out}: {error.strerror}") from None
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def publish(directory: Path, out: Path) -> None:
+    """Move a finished staging directory into place as ``out`` (replacing an earlier evaluation)."""
+    directory.chmod(0o755)  # mkdtemp makes it private
+    if out.is_dir():
+        shutil.rmtree(out)  # check_out allowed it: an evaluation, with --overwrite
+    directory.rename(out)
+
+
+def write_outputs(directory: Path, info: dict) -> None:
+    """eval_info.json, per_robot.csv and success.png into ``directory``."""
+    write_json_atomic(directory / EVAL_INFO, info)
+    (directory / EVAL_INFO).chmod(0o644)  # the temporary file it was renamed from is private
+    expert = {row["robot_id"]: row for row in info["expert"]["per_robot"]} if "expert" in info else None
+    columns = ["robot_id", "site", "task", "n_episodes", "n_success", "pc_success", "ci95_low", "ci95_high", "n_errors"]
+    with open(directory / "per_robot.csv", "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(columns + (["expert_pc_success"] if expert else []))
+        for row in info["per_robot"]:
+            values = [row[c] for c in columns[:6]] + row["ci95"] + [row["n_errors"]]
+            writer.writerow(values + ([expert[row["robot_id"]]["pc_success"]] if expert else []))
+    plot_success(info, directory / "success.png")
+
+
+def plot_success(info: dict, path: Path) -> None:
+    """Per-robot success bars grouped by site, a line for the fleet mean (and the expert's, when compared)."""
+    sites = list(info["per_site"])
+    rows = sorted(info["per_robot"], key=lambda row: (sites.index(row["site"]), row["robot_id"]))
+    positions, x = [], 0.0
+    for i, row in enumerate(rows):
+        if i and row["site"] != rows[i - 1]["site"]:
+            x += 1.0  # a gap between sites
+        positions.append(x)
+        x += 1.0
+    figure, axes = plt.subplots(figsize=(max(6.0, 0.18 * len(rows) + 3), 3.6), dpi=120)
+    centres = []
+    for site in sites:
+        xs = [p for p, row in zip(positions, rows) if row["site"] == site]
+        axes.bar(xs, [row["pc_success"] for row in rows if row["site"] == site], width=0.8,
+                 color=SITE_COLOURS.get(site, "tab:gray"))
+        centres.append((xs[0] + xs[-1]) / 2)
+    axes.axhline(info["fleet"]["pc_success"], color="black", linewidth=1.2,
+                 label=f"fleet {info['fleet']['pc_success']:.1f}%")
+    if "expert" in info:
+        axes.axhline(info["expert"]["fleet"]["pc_success"], color="black", linestyle="--", linewidth=1.0,
+                     label=f"expert {info['expert']['fleet']['pc_success']:.1f}%")
+    axes.set_ylim(0, 105)
+    axes.set_ylabel("success per robot (%)")
+    axes.set_xticks(centres, [f"{site}\n{info['per_site'][site]['pc_success']:.1f}%" for site in sites])
+    axes.set_title(f"{info['agent']} on {info['task']}: {len(rows)} robots, {info['fleet']['n_episodes']} episodes")
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)

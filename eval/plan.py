@@ -1,0 +1,189 @@
+"""What an evaluation runs, settled before anything runs or is written.
+
+``make_plan(config)`` loads the checkpoint and checks it against the task and its env
+(the task it was trained on, the observation and action schema), picks the robots and
+gives each one its held-out episode seeds. Every problem is a ``ValueError`` with a
+one-line message, raised before a worker starts or a file is written.
+
+**Held-out seeds.** Episode ``i`` of robot ``r`` runs with
+``episode_seed(fleet_seed, r, i, stream="evaluate")``; collection uses the ``collect``
+stream, so the seeds differ by construction. When the training collection is still on
+disk (the checkpoint records its path), the seeds are also checked against the seeds it
+actually holds (``meta/episode_seed``), and one that was trained on is skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from collect.schema import features_of
+from dataset import FleetStore
+from eval.config import EvalConfig
+from sim.fleet import RobotProfile, episode_seed, make_robot
+from sim.tasks import resolve_task
+from train.checkpoint import latest_checkpoint, load_checkpoint, load_policy
+
+SEED_STREAM = "evaluate"
+CHECKPOINT_KEYS = ("policy_spec", "model", "stats", "features", "task", "step")
+IMAGE_PREFIX = "observation.images."
+
+
+@dataclass
+class EvalPlan:
+    task: str  # what workers hand to resolve_task (a name, env id or module:attr)
+    task_name: str
+    checkpoint: str | None  # the checkpoint file (resolved, so a moving `last` cannot change it mid-run)
+    checkpoint_info: dict | None
+    cameras: tuple[str, ...]
+    image_size: int | tuple[int, int]
+    fps: int
+    fleet_seed: int
+    seeds_from: str  # where the fleet seed came from
+    robots: list[RobotProfile]
+    seeds: dict[int, list[int]]  # robot id -> its episodes' seeds
+    training_robots: list[int] | None  # robots in the training collection, when it is on disk
+    held_out: str  # how the seeds are known to be held out
+
+    def to_dict(self) -> dict:
+        """The resolved facts recorded in eval_info.json."""
+        return {"task": self.task_name, "cameras": list(self.cameras), "image_size": self.image_size,
+                "fps": self.fps, "fleet_seed": self.fleet_seed, "fleet_seed_from": self.seeds_from,
+                "seed_stream": SEED_STREAM, "held_out": self.held_out,
+                "robot_ids": [p.robot_id for p in self.robots], "training_robots": self.training_robots,
+                "unseen_robots": None if self.training_robots is None else
+                [p.robot_id for p in self.robots if p.robot_id not in set(self.training_robots)]}
+
+
+def _one_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def _load(path: str) -> tuple[str, dict]:
+    """The checkpoint file and its content; refuses missing, unreadable and incomplete ones."""
+    given = Path(path)
+    resolved = (latest_checkpoint(given) if given.is_dir() else given.resolve()) or given
+    try:
+        checkpoint = load_checkpoint(resolved)
+    except FileNotFoundError as error:
+        raise ValueError(str(error)) from None
+    except Exception as error:  # torch.load raises many kinds on a truncated or foreign file
+        raise ValueError(f"cannot read checkpoint {resolved} (truncated or not a checkpoint): {_one_line(error)}") from None
+    missing = [key for key in CHECKPOINT_KEYS if key not in checkpoint] if isinstance(checkpoint, dict) else ["all"]
+    if missing:
+        raise ValueError(f"{resolved} is not a RoboFleet checkpoint: it lacks {', '.join(missing)}")
+    try:
+        load_policy(resolved)
+    except Exception as error:  # unknown policy kind, weights that do not fit the spec
+        raise ValueError(f"checkpoint {resolved} does not build its policy: {_one_line(error)}") from None
+    return str(resolved), checkpoint
+
+
+def _task(config: EvalConfig, checkpoint: dict | None):
+    trained_on = (checkpoint or {}).get("task") or {}
+    reference = config.task or trained_on.get("name")
+    if reference is None:
+        raise ValueError("the checkpoint does not name its task: give --task")
+    try:
+        spec = resolve_task(reference)
+    except ValueError as error:
+        hint = "" if config.task else " (a plug-in task: give --task module:attr)"
+        raise ValueError(f"{error}{hint}") from None
+    if checkpoint is not None and trained_on.get("name") not in (None, spec.name):
+        raise ValueError(f"the checkpoint was trained on task {trained_on['name']!r}, not {spec.name!r}")
+    return reference, spec
+
+
+def _cameras(checkpoint: dict | None) -> tuple[tuple[str, ...], int | tuple[int, int]]:
+    """The cameras and image size the policy's image inputs need (none for state policies)."""
+    if checkpoint is None:
+        return (), 96
+    names = [name for name in checkpoint["policy_spec"]["features"] if name.startswith(IMAGE_PREFIX)]
+    if not names:
+        return (), 96
+    height, width = checkpoint["features"][names[0]]["shape"][:2]
+    return tuple(name[len(IMAGE_PREFIX):] for name in names), height if height == width else (height, width)
+
+
+def _check_schema(checkpoint: dict, env_features: dict) -> None:
+    """Every input of the policy and the action must have the shape the policy was trained on."""
+    trained = checkpoint["features"]
+    for name in [*checkpoint["policy_spec"]["features"], "action"]:
+        if name not in env_features:
+            raise ValueError(f"schema mismatch: the policy needs {name}, which the env does not provide")
+        if name not in trained or list(trained[name]["shape"]) != list(env_features[name]["shape"]):
+            found = trained.get(name, {}).get("shape")
+            raise ValueError(f"schema mismatch: the checkpoint's {name} has shape {found}, "
+                             f"the env's {env_features[name]['shape']}")
+
+
+def _training_store(checkpoint: dict | None) -> FleetStore | None:
+    data = (checkpoint or {}).get("data")
+    if not data:
+        return None
+    try:
+        return FleetStore.open(data)
+    except (OSError, ValueError):
+        return None
+
+
+def trained_seeds(store: FleetStore, robot_id: int) -> set[int]:
+    """The episode seeds of one robot's committed training episodes."""
+    shard = store.shards.get(robot_id)
+    if shard is None or not shard.num_episodes:
+        return set()
+    return set(np.asarray(shard.group["meta/episode_seed"][: shard.num_episodes]).tolist())
+
+
+def held_out_seeds(fleet_seed: int, robot_id: int, episodes: int, exclude: set[int] = frozenset()) -> list[int]:
+    """``episodes`` seeds of the evaluation stream for one robot, skipping any in ``exclude``."""
+    seeds, index = [], 0
+    while len(seeds) < episodes:
+        seed = episode_seed(fleet_seed, robot_id, index, stream=SEED_STREAM)
+        if seed not in exclude:
+            seeds.append(seed)
+        index += 1
+    return seeds
+
+
+def make_plan(config: EvalConfig) -> EvalPlan:
+    """Check the checkpoint against the task and env, and settle robots and seeds (see the module docstring)."""
+    checkpoint_path, checkpoint = _load(config.checkpoint) if config.checkpoint else (None, None)
+    task, spec = _task(config, checkpoint)
+    cameras, image_size = _cameras(checkpoint)
+    store = _training_store(checkpoint)
+    if config.seed is not None:
+        fleet_seed, seeds_from = config.seed, "--seed"
+    elif store is not None and store.manifest and store.manifest.get("seed") is not None:
+        fleet_seed, seeds_from = int(store.manifest["seed"]), f"the training collection {store.path}"
+    else:
+        fleet_seed, seeds_from = 0, "the default (0)"
+    robots = [make_robot(k, fleet_seed) for k in range(config.robot_offset, config.robot_offset + config.robots)]
+
+    try:
+        probe = spec.make_env(robots[0], cameras=cameras, image_size=image_size)
+    except Exception as error:
+        raise ValueError(f"cannot make the {spec.name} env: {_one_line(error)}") from None
+    fps = int(probe.metadata.get("render_fps", 0))
+    if checkpoint is not None:
+        _check_schema(checkpoint, features_of(probe))
+    probe.close()
+
+    same_fleet = store is not None and store.manifest is not None and store.manifest.get("seed") == fleet_seed
+    seeds = {p.robot_id: held_out_seeds(fleet_seed, p.robot_id, config.episodes,
+                                        trained_seeds(store, p.robot_id) if same_fleet else set())
+             for p in robots}
+    held_out = ("evaluate seed stream, checked against the training collection's seeds" if same_fleet
+                else "evaluate seed stream (disjoint from the collect stream)")
+    info = None
+    if checkpoint is not None:
+        info = {"path": checkpoint_path, "step": checkpoint["step"], "code_version": checkpoint.get("code_version"),
+                "task": checkpoint["task"], "policy": checkpoint["policy_spec"]["kind"], "data": checkpoint.get("data"),
+                "personal_robots": sorted(checkpoint.get("personal", {}))}
+    return EvalPlan(task=task, task_name=spec.name, checkpoint=checkpoint_path, checkpoint_info=info,
+                    cameras=cameras, image_size=image_size, fps=fps, fleet_seed=fleet_seed, seeds_from=seeds_from,
+                    robots=robots, seeds=seeds, training_robots=store.robots if same_fleet else None,
+                    held_out=held_out)

@@ -1,0 +1,125 @@
+"""From episode records to success figures: per robot, per site, per task, fleet; the console table.
+
+Every group gets ``n_episodes``, ``n_success``, ``pc_success`` and ``ci95``, a 95%
+Wilson score interval in percent (it stays inside [0, 100] and is sensible at 0% and
+100% and for small counts, where the normal approximation is not). An episode that
+crashed counts as a failure; ``n_errors`` says how many did.
+
+The lerobot-eval keys (``per_episode``, ``aggregated`` with ``avg_sum_reward``,
+``avg_max_reward``, ``pc_success``, ``eval_s``, ``eval_ep_s``) are kept as they are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from sim.fleet import SITES
+
+Z_95 = 1.959963984540054
+
+
+def wilson_interval(successes: int, n: int, z: float = Z_95) -> list[float]:
+    """The Wilson score interval of a binomial proportion, in percent: [low, high]."""
+    if n == 0:
+        return [0.0, 100.0]
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [round(100 * max(0.0, centre - half), 2), round(100 * min(1.0, centre + half), 2)]
+
+
+def summarise(records: list[dict]) -> dict:
+    """Success counts, rate and interval of a group of episodes."""
+    n, successes = len(records), sum(bool(r["success"]) for r in records)
+    return {"n_episodes": n, "n_success": successes, "pc_success": 100 * successes / n if n else float("nan"),
+            "ci95": wilson_interval(successes, n), "n_errors": sum(r["error"] is not None for r in records)}
+
+
+def _grouped(records: list[dict], key: str) -> dict:
+    """``{value of key: summary}``; sites in the fleet's order (office, warehouse, factory), others sorted."""
+    groups: dict = defaultdict(list)
+    for record in records:
+        groups[record[key]].append(record)
+    order = sorted(groups, key=lambda name: (SITES.index(name) if name in SITES else len(SITES), name))
+    return {name: summarise(groups[name]) for name in order}
+
+
+def evaluation_tables(records: list[dict], eval_s: float) -> dict:
+    """``per_episode``, ``per_robot``, ``per_site``, ``per_task``, ``fleet`` and lerobot's ``aggregated``."""
+    records = sorted(records, key=lambda r: (r["robot_id"], r["episode"]))
+    per_robot = [{"robot_id": robot_id, "site": members[0]["site"], "task": members[0]["task"], **summarise(members)}
+                 for robot_id, members in _by_robot(records).items()]
+    rewards = [r["sum_reward"] for r in records]
+    max_rewards = [r["max_reward"] for r in records if r["max_reward"] is not None]
+    fleet = summarise(records)
+    return {
+        "per_episode": records,
+        "per_robot": per_robot,
+        "per_site": _grouped(records, "site"),
+        "per_task": _grouped(records, "task"),
+        "fleet": {"n_robots": len(per_robot), **fleet},
+        "aggregated": {"avg_sum_reward": sum(rewards) / len(rewards),
+                       "avg_max_reward": sum(max_rewards) / len(max_rewards) if max_rewards else float("nan"),
+                       "pc_success": fleet["pc_success"], "eval_s": eval_s, "eval_ep_s": eval_s / len(records)},
+    }
+
+
+def _by_robot(records: list[dict]) -> dict[int, list[dict]]:
+    robots: dict[int, list[dict]] = defaultdict(list)
+    for record in records:
+        robots[record["robot_id"]].append(record)
+    return dict(sorted(robots.items()))
+
+
+def _ratio(policy: float, expert: float) -> float | None:
+    return policy / expert if expert else None
+
+
+def comparison(policy: dict, expert: dict) -> dict:
+    """Policy against expert on the same robots and seeds: per robot, per site and fleet."""
+    experts = {row["robot_id"]: row for row in expert["per_robot"]}
+    per_robot = [{"robot_id": row["robot_id"], "site": row["site"], "policy_pc_success": row["pc_success"],
+                  "expert_pc_success": experts[row["robot_id"]]["pc_success"],
+                  "policy_over_expert": _ratio(row["pc_success"], experts[row["robot_id"]]["pc_success"])}
+                 for row in policy["per_robot"]]
+    groups = {f"site {site}": (figures, expert["per_site"][site]) for site, figures in policy["per_site"].items()}
+    groups["fleet"] = (policy["fleet"], expert["fleet"])
+    summary = {name: {"policy_pc_success": p["pc_success"], "expert_pc_success": e["pc_success"],
+                      "policy_over_expert": _ratio(p["pc_success"], e["pc_success"])} for name, (p, e) in groups.items()}
+    return {"per_robot": per_robot, **summary}
+
+
+def _row(name: str, robots: int, figures: dict, expert: dict | None) -> str:
+    low, high = figures["ci95"]
+    line = f"{name:10s} {robots:6d} {figures['n_episodes']:8d} {figures['pc_success']:7.1f}% {f'[{low:.1f}, {high:.1f}]':>14s}"
+    if expert is not None:
+        ratio = _ratio(figures["pc_success"], expert["pc_success"])
+        line += f" {expert['pc_success']:7.1f}% {'-' if ratio is None else f'{ratio:.2f}':>7s}"
+    return line + (f"  ({figures['n_errors']} crashed)" if figures["n_errors"] else "")
+
+
+def format_table(info: dict) -> str:
+    """The console table: one row per site and one for the fleet (with the expert beside, when compared)."""
+    expert = info.get("expert")
+    robots_per_site = defaultdict(int)
+    for row in info["per_robot"]:
+        robots_per_site[row["site"]] += 1
+    header = f"{'site':10s} {'robots':>6s} {'episodes':>8s} {'success':>8s} {'ci95':>14s}"
+    if expert is not None:
+        header += f" {'expert':>8s} {'ratio':>7s}"
+    lines = [f"{info['agent']} on {info['task']}: {info['fleet']['n_robots']} robots x "
+             f"{info['config']['episodes']} episodes; seeds: {info['setup']['held_out']}", header]
+    for site, figures in info["per_site"].items():
+        lines.append(_row(site, robots_per_site[site], figures, expert and expert["per_site"][site]))
+    lines.append(_row("fleet", info["fleet"]["n_robots"], info["fleet"], expert and expert["fleet"]))
+    return "\n".join(lines)
+
+
+def format_comparison(info: dict) -> str:
+    """Policy against expert per robot (for --compare)."""
+    lines = [f"{'robot':>6s} {'site':10s} {'policy':>8s} {'expert':>8s}"]
+    for row in info["compare"]["per_robot"]:
+        lines.append(f"{row['robot_id']:6d} {row['site']:10s} {row['policy_pc_success']:7.1f}% "
+                     f"{row['expert_pc_success']:7.1f}%")
+    return "\n".join(lines)
