@@ -17,7 +17,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import dask
 from distributed import Client, LocalCluster, as_completed
@@ -67,8 +67,12 @@ class CollectionSummary:
 
 
 @contextmanager
-def dask_client(config: CollectConfig) -> Iterator[Client]:
-    """A client of the given scheduler, or of a fresh LocalCluster of processes."""
+def dask_client(config: CollectConfig, preload: Sequence[str] = ("collect.worker",)) -> Iterator[Client]:
+    """A client of ``config.scheduler``, or of a fresh LocalCluster of ``config.workers`` processes.
+
+    ``config`` is any config with those two fields (collect's, federated training's).
+    ``preload`` names modules the local workers import while the cluster starts.
+    """
     if config.scheduler:
         try:
             client = Client(config.scheduler, timeout="5s")
@@ -84,7 +88,7 @@ def dask_client(config: CollectConfig) -> Iterator[Client]:
         cluster = LocalCluster(
             n_workers=config.workers, threads_per_worker=1, processes=True,
             dashboard_address=None, silence_logs=logging.ERROR,
-            preload=["collect.worker"],  # import sim, mujoco and zarr while the cluster starts
+            preload=list(preload),  # collect.worker: import sim, mujoco and zarr while the cluster starts
         )
         with cluster, Client(cluster) as client:
             yield client

@@ -2,48 +2,20 @@
 
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from distributed import Client
 
-from collect_helpers import assert_same_stores, run_collect, start_collect, subprocess_env, wait_for_episodes
+from collect_helpers import assert_same_stores, run_collect, start_collect, wait_for_episodes
+from dask_cluster import dask_cluster, free_port
 from dataset import FleetStore
-
-DASK = str(Path(sys.executable).parent / "dask")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def scheduler_address():
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    common = {"env": subprocess_env(), "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    processes = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
-                                  **common)]
-    processes += [
-        subprocess.Popen([DASK, "worker", address, "--host", "127.0.0.1", "--nworkers", "1", "--nthreads", "1",
-                          "--no-dashboard"], **common)
-        for _ in range(2)
-    ]
-    try:
-        with Client(address, timeout="30s") as client:
-            client.wait_for_workers(2, timeout=60)
+    with dask_cluster(workers=2) as address:
         yield address
-    finally:
-        for process in reversed(processes):
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=30)
 
 
 ARGUMENTS = ("--robots", "3", "--episodes", "4", "--task", "push")
@@ -82,7 +54,7 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(scheduler_address,
 
 def test_an_unreachable_scheduler_is_a_one_line_error(tmp_path):
     out = tmp_path / "out"
-    completed = run_collect(out, *ARGUMENTS, "--scheduler", f"tcp://127.0.0.1:{_free_port()}")
+    completed = run_collect(out, *ARGUMENTS, "--scheduler", f"tcp://127.0.0.1:{free_port()}")
     assert completed.returncode != 0
     assert "cannot reach dask scheduler" in completed.stderr and "Traceback" not in completed.stderr
     assert not out.exists()
