@@ -87,13 +87,14 @@ def encode_update(update: torch.Tensor, method: str, residual: torch.Tensor | No
 def decode_update(payload: dict, like: torch.Tensor) -> torch.Tensor:
     """The update (shaped and typed like ``like``) that ``encode_update`` made ``payload`` from."""
     method = payload["method"]
+    arrays = {key: torch.tensor(value) for key, value in payload.items() if key != "method"}  # copies: may be read-only
     if method == "none":
-        return torch.from_numpy(payload["values"]).reshape(like.shape).to(like.dtype)
+        return arrays["values"].reshape(like.shape).to(like.dtype)
     if method == "int8":
-        codes, scales = torch.from_numpy(payload["codes"]), torch.from_numpy(payload["scales"])
+        codes, scales = arrays["codes"], arrays["scales"]
         return dequantize_int8(torch.nn.functional.pad(codes, (0, len(scales) * INT8_BLOCK - len(codes))), scales, like)
     if method == "topk":
-        return densify(torch.from_numpy(payload["indices"]), torch.from_numpy(payload["values"]), like)
+        return densify(arrays["indices"], arrays["values"], like)
     raise ValueError(f"unknown compression {method!r}; choose from {', '.join(COMPRESSIONS)}")
 
 
