@@ -1,0 +1,151 @@
+"""Federated training: FedAvg arithmetic, deterministic clients, personal heads, resuming a killed run."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from collect_helpers import REPO, subprocess_env
+from dataset import FleetStore
+from dataset.stats import fleet_stats
+from federated_helpers import QUICK, configure, metrics
+from train.checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint, load_policy
+from train.fedavg import ClientUpdate, flatten, train_client, weighted_average
+from train.federated import Server, main, run_federated
+from train.federated_config import FederatedConfig
+from train.policy import policy_spec
+from train.rounds import sample_clients
+
+
+def server_for(config: FederatedConfig) -> Server:
+    store = FleetStore.open(config.data)
+    return Server(config, store, policy_spec(config, store.features), fleet_stats(store), store.robots)
+
+
+def test_the_average_is_weighted_by_sample_count_and_identical_vectors_average_to_themselves():
+    a, b, c = torch.randn(3, 1000, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(weighted_average([a, b, c], [1, 3, 6]), (a + 3 * b + 6 * c) / 10)
+    assert torch.equal(weighted_average([a, a, a], [5, 1, 7]), a)
+
+
+def test_clients_are_sampled_reproducibly_without_repeats():
+    robots = list(range(10))
+    first = sample_clients(robots, 0.3, seed=0, round_index=4, attempt=0)
+    assert first == sample_clients(robots, 0.3, seed=0, round_index=4, attempt=0)
+    assert len(first) == len(set(first)) == 3 and first == sorted(first)
+    assert len({tuple(sample_clients(robots, 0.3, 0, r, 0)) for r in range(1, 11)}) > 1  # rounds differ
+    assert sample_clients(robots, 0.01, 0, 1, 0) != [] and sample_clients([7], 1.0, 0, 1, 0) == [7]
+
+
+def test_fedavg_of_identical_clients_is_that_client(pick_place_fleet, tmp_path):
+    server = server_for(configure(pick_place_fleet, tmp_path / "run", "--local-epochs", "2"))
+    job, weights = server.job(1, round_index=1), server.weights.numpy()
+    first, second = train_client(job, weights), train_client(job, weights)
+    assert first.steps > 0 and first.samples > 0
+    assert (first.payload["values"] == second.payload["values"]).all()  # a client is deterministic
+    expected = server.weights + torch.from_numpy(first.payload["values"])  # the client's weights
+    server.apply([first, second, first])
+    assert torch.equal(server.weights, expected)
+
+
+def test_site_heads_are_the_sample_weighted_mean_of_the_site_and_robots_keep_their_site_head(pick_place_fleet,
+                                                                                            tmp_path):
+    server = server_for(configure(pick_place_fleet, tmp_path / "run", "--personal", "site"))
+    server.group_of = lambda robot: "office" if robot in (0, 2) else "warehouse"  # two robots share a site
+    heads = {robot: {key: torch.full_like(server.template[key], float(robot)) for key in server.head_keys}
+             for robot in (0, 1, 2)}
+    zero_delta = {"method": "none", "values": torch.zeros_like(server.weights).numpy()}
+    server.apply([ClientUpdate(robot, samples, 0.0, 1, zero_delta, heads[robot], None, 0.0)
+                  for robot, samples in ((0, 1), (1, 5), (2, 3))])
+    office = server.heads["office"][server.head_keys[0]]
+    assert torch.equal(office, torch.full_like(office, (0 * 1 + 2 * 3) / 4))
+    personal = server.checkpoint()["personal"]
+    assert all(torch.equal(personal[0][key], personal[2][key]) for key in server.head_keys)
+    assert torch.equal(personal[1][server.head_keys[0]], heads[1][server.head_keys[0]])
+
+
+def test_personal_heads_stay_local_and_equal_what_each_robot_trained(pick_place_fleet, tmp_path):
+    config = configure(pick_place_fleet, tmp_path / "run", "--rounds", "2", "--local-epochs", "2",
+                       "--personal", "robot", "--compression", "int8")
+    run_federated(config)
+    final = load_checkpoint(latest_checkpoint(config.out))
+    robots = sorted(final["personal"])
+    assert robots == [0, 1, 2] and final["step"] == 2
+
+    states = {robot: load_policy(config.out, robot)[0].state_dict() for robot in robots}
+    head_keys = list(final["personal"][0])
+    assert head_keys == ["net.4.weight", "net.4.bias"]
+    for key in states[0]:
+        same = all(torch.equal(states[0][key], states[robot][key]) for robot in robots)
+        assert same == (key not in head_keys), key  # one shared body, a head of its own per robot
+
+    # Round 2 again, here: each robot's head is exactly what its client trained, and the
+    # shared weights are exactly round 1's plus the sample-weighted mean of the deltas.
+    server = server_for(config)
+    server.restore(load_checkpoint(checkpoint_dir(config.out) / "step_00000001.pt"))
+    updates = [train_client(server.job(robot, round_index=2), server.weights.numpy()) for robot in robots]
+    for update in updates:
+        assert all(torch.equal(final["personal"][update.robot_id][key], update.head[key]) for key in head_keys)
+    server.apply(updates)
+    assert torch.equal(flatten(final["model"], server.keys), server.weights)
+    records = metrics(config.out)
+    assert [r["round"] for r in records] == [1, 2] and all(r["completed"] == [0, 1, 2] for r in records)
+    assert all(0 < r["bytes_up"] < r["bytes_down"] / 3 for r in records)  # int8 deltas up, float32 weights down
+
+
+def federated(*arguments) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(REPO / "train" / "federated.py"), *QUICK, *map(str, arguments)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=REPO,
+                            start_new_session=True)
+
+
+def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_does(pick_place_fleet, tmp_path):
+    arguments = ["--data", pick_place_fleet, "--rounds", "6", "--local-epochs", "5", "--fraction", "0.67",
+                 "--compression", "topk", "--topk-fraction", "0.05", "--personal", "robot"]
+    reference = federated(*arguments, "--out", tmp_path / "reference")
+
+    run = tmp_path / "run"
+    process = federated(*arguments, "--out", run)
+    deadline = time.monotonic() + 300
+    while not (checkpoint_dir(run) / "step_00000002.pt").exists():
+        assert process.poll() is None, process.stderr.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGKILL)  # the trainer and its dask workers, mid-run
+    process.wait()
+    killed_at = load_checkpoint(latest_checkpoint(run))["step"]
+    assert 2 <= killed_at < 6
+
+    resumed = federated(*arguments, "--out", run)
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    assert reference.wait(timeout=300) == 0, reference.stderr.read()
+    records = metrics(run)
+    assert [r["round"] for r in records] == list(range(1, 7))  # no round lost, none twice
+
+    mine, theirs = load_checkpoint(latest_checkpoint(run)), load_checkpoint(latest_checkpoint(tmp_path / "reference"))
+    assert mine["step"] == theirs["step"] == 6
+    assert all(torch.equal(mine["model"][key], theirs["model"][key]) for key in theirs["model"])
+    for name in ("heads", "residuals"):
+        ours, reference_state = mine["federated"][name], theirs["federated"][name]
+        assert ours.keys() == reference_state.keys() and ours
+    assert all(torch.equal(mine["federated"]["residuals"][r], theirs["federated"]["residuals"][r])
+               for r in theirs["federated"]["residuals"])
+    assert mine["federated"]["bytes_up"] == theirs["federated"]["bytes_up"]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--data", "/nonexistent"], "no fleet store"),
+    (["--fraction", "0"], "--fraction must be in (0, 1]"),
+    (["--personal", "desk"], "--personal must be one of none, robot, site"),
+])
+def test_bad_input_is_one_line_and_nonzero(pick_place_fleet, tmp_path, capsys, arguments, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--data", str(pick_place_fleet), "--out", str(tmp_path / "run"), *QUICK, *arguments])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert message in error and len(error.splitlines()) == 1
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,282 @@
+"""Federated behaviour cloning on dask: robots train on their own shards, a server averages their updates.
+
+    python train/federated.py --data data/fleet --out runs/fed --rounds 20 --local-epochs 2 --fraction 0.5
+    python train/federated.py --data data/fleet --out runs/fed-site --compression int8 --personal site
+    python train/federated.py ... --scheduler tcp://10.0.0.5:8786      # any dask cluster
+
+Each round samples a fraction of the robots (seeded). Every sampled robot is one dask
+task that trains the current global policy on that robot's episodes only and sends
+back its delta, compressed on request (``--compression int8|topk``); the server
+averages the deltas weighted by sample count (FedAvg) and steps by ``--server-lr``
+(see train/fedavg.py). With ``--personal robot|site`` the policy's head stays with the
+robot (or is shared within its site) and only the rest is averaged across the fleet.
+
+A round waits ``--deadline`` seconds for its clients; failed and late ones are left out
+(train/rounds.py). If fewer than ``--min-completed`` of them finish, the round is tried
+again with a fresh sample, up to ``--round-attempts`` times, and then the run stops
+(exit 3) with the last good checkpoint kept.
+
+Every round writes a checkpoint in train/bc.py's format (``RUN/checkpoints/step_<round>``;
+``evaluate --checkpoint RUN`` reads it, giving each robot its own head) and a line of
+``RUN/metrics.jsonl``. Rerunning the command resumes after the last checkpointed round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from collect.engine import dask_client
+from collect.manifest import write_json_atomic
+from dataset import FleetStore
+from dataset.episodes import select_episodes
+from dataset.stats import fleet_stats
+from sim.cli import code_version, fail, parse_config
+from train.bc import learning_rate_factor
+from train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint
+from train.compression import decode_update, payload_bytes
+from train.fedavg import (ClientJob, ClientUpdate, State, average_states, flatten, shared_keys, train_client,
+                          unflatten, weighted_average)
+from train.federated_config import FederatedConfig
+from train.policy import PolicySpec, make_policy, policy_spec
+from train.rounds import RoundResult, run_clients, sample_clients
+
+
+def state_bytes(state: State | None) -> int:
+    """Serialised size of a head (or any state entries) as it would travel."""
+    return payload_bytes({key: value.numpy() for key, value in state.items()}) if state else 0
+
+
+class Server:
+    """The fleet's server: the global weights, what it keeps for each robot, and how a round changes them.
+
+    ``weights`` is the flat vector of shared weights (train/fedavg.py). ``heads`` maps a
+    personal group (a robot id, or a site name) to its head. ``residuals`` holds each
+    robot's top-k error-feedback residual: a robot's own state, which a real robot would
+    keep on board; clients here are stateless dask tasks, so the server keeps it for them,
+    hands it out in the job and saves it in the checkpoint.
+    """
+
+    def __init__(self, config: FederatedConfig, store: FleetStore, spec: PolicySpec, stats: dict, robots: list[int]):
+        self.config, self.store, self.spec, self.stats, self.robots = config, store, spec, stats, robots
+        torch.manual_seed(config.seed)
+        policy = make_policy(spec, stats)
+        self.template = {key: value.clone() for key, value in policy.state_dict().items()}
+        self.head_keys = [] if config.personal == "none" else policy.head_keys()
+        self.keys = shared_keys(self.template, self.head_keys)
+        self.weights = flatten(self.template, self.keys)
+        self.heads: dict[int | str, State] = {}
+        self.residuals: dict[int, torch.Tensor] = {}
+        self.round, self.bytes_up, self.bytes_down = 0, 0, 0
+
+    def group_of(self, robot: int) -> int | str:
+        return robot if self.config.personal == "robot" else self.store.site_of(robot)
+
+    def fallback_head(self) -> State:
+        """The head of a robot without one of its own: the plain mean of the personal heads (the initial head before any)."""
+        if not self.heads:
+            return {key: self.template[key] for key in self.head_keys}
+        return average_states([self.heads[group] for group in sorted(self.heads)], [1.0] * len(self.heads))
+
+    def job(self, robot: int, round_index: int) -> ClientJob:
+        head = self.heads.get(self.group_of(robot), self.fallback_head()) if self.head_keys else None
+        lr_factor = learning_rate_factor(round_index - 1, self.config.warmup_rounds, self.config.rounds)
+        return ClientJob(robot, round_index, self.config, self.spec.to_dict(), self.stats, self.keys, head,
+                         self.residuals.get(robot), lr_factor)
+
+    def traffic(self, jobs: list[ClientJob], result: RoundResult) -> dict[str, int]:
+        """Bytes down (every sampled client got the weights) and up (completed clients' payloads).
+
+        A site head travels (it is shared within the site); a robot's own head and its
+        residual would stay on board, so they count as ``state_bytes``, not as traffic.
+        """
+        site_heads = self.config.personal == "site"
+        down = sum(payload_bytes(self.weights.numpy()) + (state_bytes(job.head) if site_heads else 0) for job in jobs)
+        up = sum(payload_bytes(u.payload) + (state_bytes(u.head) if site_heads else 0) for u in result.completed)
+        local = sum(state_bytes(u.head) * (not site_heads) + (u.residual.numel() * 4 if u.residual is not None else 0)
+                    for u in result.completed)
+        return {"bytes_up": up, "bytes_down": down, "state_bytes": local}
+
+    def apply(self, updates: list[ClientUpdate]) -> None:
+        """FedAvg: step the shared weights by ``server_lr`` x the sample-weighted mean delta; keep heads and residuals."""
+        deltas = [decode_update(u.payload, self.weights) for u in updates]
+        self.weights = self.weights + self.config.server_lr * weighted_average(deltas, [u.samples for u in updates])
+        for update in updates:
+            if update.residual is not None:
+                self.residuals[update.robot_id] = update.residual
+        groups: dict[int | str, list[ClientUpdate]] = {}
+        for update in updates:
+            if update.head is not None:
+                groups.setdefault(self.group_of(update.robot_id), []).append(update)
+        for group, members in groups.items():  # one robot's own head, or the sample-weighted mean of a site's
+            self.heads[group] = average_states([m.head for m in members], [m.samples for m in members])
+
+    def model_state(self) -> State:
+        state = dict(self.template)
+        state.update(unflatten(self.weights, self.keys, self.template))
+        if self.head_keys:
+            state.update(self.fallback_head())
+        return state
+
+    def checkpoint(self) -> dict:
+        """train/bc.py's checkpoint content, plus ``personal`` (robot id -> head) and the server's own state."""
+        content = {
+            "policy_spec": self.spec.to_dict(), "model": self.model_state(), "step": self.round, "epoch": self.round,
+            "rng": rng_state(), "config": asdict(self.config), "stats": self.stats, "features": self.store.features,
+            "task": (self.store.manifest or {}).get("task"), "data": str(self.store.path),
+            "code_version": code_version(),
+            "federated": {"round": self.round, "personal": self.config.personal, "shared_keys": self.keys,
+                          "heads": self.heads, "residuals": self.residuals,
+                          "bytes_up": self.bytes_up, "bytes_down": self.bytes_down},
+        }
+        if self.head_keys:
+            content["personal"] = {robot: self.heads[self.group_of(robot)] for robot in self.store.robots
+                                   if self.group_of(robot) in self.heads}
+        return content
+
+    def restore(self, checkpoint: dict) -> None:
+        state = checkpoint.get("federated")
+        if state is None or checkpoint["policy_spec"] != self.spec.to_dict() \
+                or state["personal"] != self.config.personal or state["shared_keys"] != self.keys:
+            fail(f"{self.config.out} holds a different run (not federated, or another policy or --personal); "
+                 "use another --out or --no-resume")
+        self.weights = flatten(checkpoint["model"], self.keys)
+        self.heads, self.residuals = state["heads"], state["residuals"]
+        self.round, self.bytes_up, self.bytes_down = state["round"], state["bytes_up"], state["bytes_down"]
+
+
+def play_round(client, train: Callable[[ClientJob, np.ndarray], ClientUpdate], server: Server, round_index: int,
+               log: Callable[[dict], None]) -> dict:
+    """One round: up to ``round_attempts`` tries, each on a fresh sample; ``log`` gets each try's metrics record.
+
+    The server's weights change only on a try in which enough clients completed (its
+    record is returned); a round with no such try stops the run with exit code 3.
+    """
+    config = server.config
+    for attempt in range(config.round_attempts):
+        started = time.perf_counter()
+        sampled = sample_clients(server.robots, config.fraction, config.seed, round_index, attempt)
+        jobs = [server.job(robot, round_index) for robot in sampled]
+        result = run_clients(client, train, jobs, server.weights.numpy(), config.deadline)
+        needed = max(1, math.ceil(config.min_completed * len(sampled)))
+        applied = len(result.completed) >= needed
+        if applied:
+            server.apply(result.completed)
+        traffic = server.traffic(jobs, result)
+        server.bytes_up += traffic["bytes_up"]
+        server.bytes_down += traffic["bytes_down"]
+        samples = sum(u.samples for u in result.completed)
+        record = {
+            "round": round_index, "attempt": attempt, "applied": applied, "sampled": sampled,
+            "completed": [u.robot_id for u in result.completed], "failed": {str(r): e for r, e in result.failed.items()},
+            "late": result.late, "samples": samples,
+            "loss": sum(u.loss * u.samples for u in result.completed) / samples if samples else None,
+            "lr": config.lr * jobs[0].lr_factor, **traffic,
+            "total_bytes_up": server.bytes_up, "total_bytes_down": server.bytes_down,
+            "seconds": time.perf_counter() - started,
+        }
+        log(record)
+        if applied:
+            return record
+    fail(f"round {round_index}: fewer than {config.min_completed:.0%} of the clients completed in "
+         f"{config.round_attempts} attempts (last: failed {result.failed or 'none'}, late {result.late or 'none'}); "
+         f"stopping. The last good checkpoint (round {round_index - 1}) is kept in {Path(config.out) / 'checkpoints'}",
+         code=3)
+
+
+def keep_metrics_up_to(path: Path, last_round: int) -> None:
+    """Drop the records of rounds after ``last_round`` (written before a crash, not checkpointed)."""
+    if path.exists():
+        lines = [line for line in path.read_text().splitlines() if json.loads(line).get("round", 0) <= last_round]
+        path.write_text("".join(line + "\n" for line in lines))
+
+
+def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarray], ClientUpdate] = train_client
+                  ) -> Path:
+    """Run (or resume) federated training as ``config`` says; returns the last checkpoint.
+
+    ``train`` is the client task (a module-level function dask can ship to its workers).
+    """
+    run = Path(config.out)
+    try:
+        store = FleetStore.open(config.data)
+    except (FileNotFoundError, ValueError) as error:
+        fail(str(error))
+    episodes = select_episodes(store, robots=config.robots or None, sites=config.sites or None)
+    robots = sorted({episode.robot_id for episode in episodes})
+    if not robots:
+        fail(f"no successful episodes in {config.data} match --robots {config.robots} --sites {config.sites}")
+    stats = fleet_stats(store)  # fleet-wide normalisation, shared by every client (see docs/federated.md)
+    try:
+        server = Server(config, store, policy_spec(config, store.features), stats, robots)
+    except (ValueError, NotImplementedError) as error:
+        fail(str(error))
+    checkpoint_path = latest_checkpoint(run) if config.resume else None
+    if checkpoint_path is not None:
+        server.restore(load_checkpoint(checkpoint_path))
+
+    run.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(run / "config.json", {"config": asdict(config), "policy_spec": server.spec.to_dict(),
+                                             "robots": robots, "code_version": code_version()})
+    keep_metrics_up_to(run / "metrics.jsonl", server.round)
+    clients_per_round = max(1, round(config.fraction * len(robots)))
+    if not config.quiet:
+        print(f"federated {config.policy} on {len(robots)} robots ({len(episodes)} episodes): {clients_per_round} "
+              f"clients per round x {config.local_epochs} local epoch(s), compression {config.compression}, "
+              f"personal {config.personal}" + (f"; resumed after round {server.round}" if checkpoint_path else ""))
+
+    with contextlib.ExitStack() as stack:
+        try:
+            client = stack.enter_context(dask_client(config, preload=("train.fedavg",)))
+        except ValueError as error:  # an unreachable --scheduler
+            fail(str(error))
+        metrics = stack.enter_context(open(run / "metrics.jsonl", "a"))
+        bar = stack.enter_context(tqdm(total=config.rounds, initial=server.round, desc="rounds", unit="round",
+                                       disable=config.quiet))
+
+        def log(record: dict) -> None:
+            metrics.write(json.dumps(record) + "\n")
+            metrics.flush()
+            if not config.quiet:
+                bar.write(f"round {record['round']}" + (f" (attempt {record['attempt'] + 1})" if record["attempt"] else "")
+                          + f": {len(record['completed'])}/{len(record['sampled'])} clients"
+                          + (f", loss {record['loss']:.4g}" if record["loss"] is not None else "")
+                          + f", up {record['bytes_up'] / 1e6:.3f} MB, down {record['bytes_down'] / 1e6:.3f} MB, "
+                          f"{record['seconds']:.1f} s" + ("" if record["applied"] else ", too few: repeated")
+                          + (f", failed {sorted(record['failed'])}" if record["failed"] else "")
+                          + (f", late {record['late']}" if record["late"] else ""))
+
+        for round_index in range(server.round + 1, config.rounds + 1):
+            play_round(client, train, server, round_index, log)
+            server.round = round_index
+            save_checkpoint(run, server.checkpoint(), round_index, keep=config.keep_checkpoints)
+            bar.update(1)
+    last_checkpoint = latest_checkpoint(run)
+    if not config.quiet:
+        print(f"done: {run / 'checkpoints' / 'last'} (round {server.round}; "
+              f"{server.bytes_up / 1e6:.2f} MB up, {server.bytes_down / 1e6:.2f} MB down in all)")
+    return last_checkpoint
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = parse_config(FederatedConfig, __doc__, argv)
+    try:
+        run_federated(config)
+    except KeyboardInterrupt:
+        last = latest_checkpoint(config.out)
+        print(f"\ninterrupted: {last or 'no checkpoint yet'} is kept; rerun to resume", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""The federated training config: a dataclass whose fields are the ``train/federated.py`` options."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from train.compression import COMPRESSIONS
+
+PERSONAL_MODES = ("none", "robot", "site")
+
+
+@dataclass
+class FederatedConfig:
+    data: str = field(default="data/fleet", metadata={"help": "fleet store: each robot's shard is one client's data"})
+    out: str = field(default="runs/federated", metadata={"help": "run directory: config, metrics, checkpoints"})
+    rounds: int = field(default=20, metadata={"help": "communication rounds in total (a resumed run counts on)"})
+    local_epochs: int = field(default=1, metadata={"help": "passes over its own data each client makes per round"})
+    fraction: float = field(default=1.0, metadata={"help": "share of the robots sampled each round (C)"})
+    robots: tuple[int, ...] = field(default=(), metadata={"help": "clients: these robots only (default: all)"})
+    sites: tuple[str, ...] = field(default=(), metadata={"help": "clients: robots of these sites only (default: all)"})
+    # the policy: the same options as train/bc.py's (train/policy.py's policy_spec reads them)
+    policy: str = field(default="mlp", metadata={"help": "policy kind: mlp, cnn, act or diffusion"})
+    n_obs_steps: int | None = field(default=None, metadata={
+        "help": "observation frames per window (default: 1 for act, 2 for the others)"})
+    horizon: int = field(default=16, metadata={"help": "actions predicted per window (the chunk)"})
+    n_action_steps: int = field(default=8, metadata={"help": "actions of a chunk executed before predicting again"})
+    hidden: tuple[int, ...] = field(default=(256, 256), metadata={"help": "MLP hidden widths"})
+    vision_backbone: str = field(default="small", metadata={"help": "cnn image encoder: small or resnet18"})
+    lerobot_config: str = field(default="small", metadata={"help": "act/diffusion sizes: small or default"})
+    # local training on a client
+    batch_size: int = field(default=64, metadata={"help": "windows per local step"})
+    lr: float = field(default=1e-3, metadata={"help": "local AdamW learning rate (cosine decay over rounds to 10%)"})
+    warmup_rounds: int = field(default=0, metadata={"help": "rounds of linear learning-rate warmup"})
+    weight_decay: float = field(default=1e-4, metadata={"help": "local AdamW weight decay"})
+    grad_clip: float = field(default=1.0, metadata={"help": "max local gradient norm (0: no clipping)"})
+    prox_mu: float = field(default=0.0, metadata={"help": "FedProx: weight of (mu/2)|w - w_global|^2 (0: plain FedAvg)"})
+    mode: str = field(default="memory", metadata={"help": "client dataset mode: memory or streaming"})
+    # the server
+    server_lr: float = field(default=1.0, metadata={"help": "step size on the averaged delta (1: plain FedAvg)"})
+    compression: str = field(default="none", metadata={"help": "client deltas on the wire: none, int8 or topk"})
+    topk_fraction: float = field(default=0.01, metadata={"help": "with --compression topk: share of entries sent"})
+    personal: str = field(default="none", metadata={"help": "keep heads local: none, robot or site"})
+    deadline: float = field(default=600.0, metadata={"help": "seconds a round waits for its clients; later ones are dropped"})
+    min_completed: float = field(default=0.5, metadata={"help": "share of a round's clients that must finish in time"})
+    round_attempts: int = field(default=3, metadata={"help": "tries of a round (fresh sample each) before stopping"})
+    # running
+    workers: int = field(default=os.cpu_count() or 1, metadata={"help": "local dask worker processes"})
+    scheduler: str | None = field(default=None, metadata={"help": "address of an existing dask scheduler"})
+    keep_checkpoints: int = field(default=3, metadata={"help": "newest checkpoints kept"})
+    resume: bool = field(default=True, metadata={"help": "carry on from OUT's latest checkpoint"})
+    seed: int = field(default=0, metadata={"help": "seeds the weights, the client sampling and local shuffles"})
+    quiet: bool = field(default=False, metadata={"help": "no progress bar and no line per round"})
+
+    def __post_init__(self):
+        if self.n_obs_steps is None:
+            self.n_obs_steps = 1 if self.policy == "act" else 2
+        for name in ("rounds", "local_epochs", "n_obs_steps", "horizon", "n_action_steps", "batch_size", "workers",
+                     "round_attempts", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        for name in ("fraction", "min_completed", "topk_fraction"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise ValueError(f"--{name.replace('_', '-')} must be in (0, 1], got {getattr(self, name)}")
+        for name in ("lr", "server_lr", "deadline"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.prox_mu < 0 or self.warmup_rounds < 0:
+            raise ValueError("--prox-mu and --warmup-rounds must not be negative")
+        for name, allowed in (("compression", COMPRESSIONS), ("personal", PERSONAL_MODES),
+                              ("mode", ("memory", "streaming")), ("vision_backbone", ("small", "resnet18")),
+                              ("lerobot_config", ("small", "default"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+        self.hidden, self.sites, self.robots = tuple(self.hidden), tuple(self.sites), tuple(self.robots)
