@@ -1,0 +1,1 @@
+"""Experiments that span the stages (train, then evaluate) and write their figures into docs/."""
