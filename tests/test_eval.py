@@ -280,3 +280,16 @@ def test_a_policy_that_outputs_nan_fails_its_episodes_with_the_reason(checkpoint
     torch.save(content, tmp_path / "nan.pt")
     records = evaluate_robot(job(tmp_path / "nan.pt", 0, batch=2, episodes=3))
     assert [(r["success"], r["steps"], r["error"]) for r in records] == [(False, 0, "the agent's action is not finite")] * 3
+
+
+def test_eval_speed_benchmark_measures_every_setup(checkpoint, tmp_path):
+    from benchmarks import eval_speed
+
+    tables = tmp_path / "README.md"
+    result = eval_speed.main(["--checkpoint", str(checkpoint), "--robots", "2", "--episodes", "2", "--rounds", "1",
+                              "--results-dir", str(tmp_path), "--tables", str(tables)])
+    assert set(result["episodes_per_s_best"]) == {"loop", "loop_batch1", "eval_1w", "eval_2w"}
+    assert all(rate > 0 for rate in result["episodes_per_s_best"].values())
+    assert result["ratios"]["eval_2w_vs_loop"] > 0 and result["job"]["task"] == "reach"
+    assert json.loads((tmp_path / "eval_speed.json").read_text())["ratios"] == result["ratios"]
+    assert "| reach 2x2" in tables.read_text()

@@ -1,0 +1,42 @@
+"""What the experiments share: running a stage as a user does, and putting a table into a doc."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from sim.cli import fail
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_step(name: str, command: list[str], log: Path) -> float:
+    """Run one stage as users do (a subprocess), its output in ``log``; the seconds it took.
+
+    A stage that fails ends the experiment with a one-line error naming its log.
+    """
+    started = time.perf_counter()
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # torchrun restarts hang without it
+    with open(log, "w") as output:
+        code = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=REPO).returncode
+    if code != 0:
+        fail(f"{name} failed (exit {code}); its output is in {log}", code=1)
+    seconds = time.perf_counter() - started
+    print(f"{name}: done in {seconds:.0f} s")
+    return seconds
+
+
+def write_section(path: Path, name: str, heading: str, text: str) -> None:
+    """Put ``text`` between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path``, replacing what was there.
+
+    The first time, the markers are appended under ``heading`` (and the file is created).
+    """
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    document = path.read_text() if path.exists() else ""
+    if start not in document:
+        document = document.rstrip("\n") + f"\n\n{heading}\n\n{start}\n{end}\n"
+    before, rest = document.split(start, 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{before}{start}\n{text}\n{end}{rest.split(end, 1)[1]}")

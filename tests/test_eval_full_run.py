@@ -1,0 +1,34 @@
+"""experiments/full_run.py at a tiny size: collect, torchrun training and evaluate per task, the table in the doc."""
+
+import json
+
+from experiments import full_run
+from experiments.common import write_section
+
+
+def test_the_full_run_writes_its_figures_and_the_table(tmp_path):
+    docs = tmp_path / "evaluation.md"
+    docs.write_text("# Evaluation\n\nText before the table stays.\n")
+    arguments = ["--tasks", "reach", "--robots", "2", "--episodes", "3", "--steps", "5", "--hidden", "16",
+                 "--batch-size", "8", "--val-fraction", "0", "--eval-robots", "2", "--eval-episodes", "1",
+                 "--workers", "1", "--out", str(tmp_path / "run"), "--docs", str(docs), "--results-dir", str(tmp_path)]
+    result = full_run.main(arguments)
+    (reach,) = result["results"]
+    assert reach["task"] == "reach" and reach["steps"] == 5 and reach["goal"] == 0.95
+    assert reach["expert"]["n_episodes"] == reach["policy"]["n_episodes"] == 2
+    assert reach["expert"]["pc_success"] == 100.0
+    assert reach["met"] == (reach["policy_over_expert"] >= 0.95)
+    assert json.loads((tmp_path / "full_run.json").read_text())["results"] == result["results"]
+    text = docs.read_text()
+    assert text.startswith("# Evaluation\n\nText before the table stays.")
+    assert "| reach | 2 x 3 | 5 |" in text and "python -m experiments.full_run --tasks reach" in text
+
+
+def test_a_new_table_replaces_the_old_one_and_nothing_else(tmp_path):
+    docs = tmp_path / "evaluation.md"
+    docs.write_text("# Evaluation\n\nBefore.\n")
+    write_section(docs, "full_run", "## Measured", "first table")
+    docs.write_text(docs.read_text() + "\nAfter.\n")
+    write_section(docs, "full_run", "## Measured", "second table")
+    assert docs.read_text() == ("# Evaluation\n\nBefore.\n\n## Measured\n\n<!-- full_run:start -->\nsecond table\n"
+                                "<!-- full_run:end -->\n\nAfter.\n")
