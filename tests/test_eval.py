@@ -260,7 +260,8 @@ EXPECTED_FAILURE = {0: None, 1: "simulator unstable: MuJoCo mjWARN_BADQVEL",
                     2: "env step raised RuntimeError: contact solver exploded"}
 
 
-def test_an_episode_that_crashes_is_a_failure_with_its_reason_and_the_run_goes_on(tmp_path):
+def test_an_episode_that_crashes_is_a_failure_with_its_reason_and_the_run_goes_on(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MuJoCo logs its instability warnings to MUJOCO_LOG.TXT in the working directory
     info = run_evaluation(EvalConfig(expert=True, task="test_eval:FLAKY_REACH", robots=2, episodes=6, batch=4,
                                      out=str(tmp_path / "eval"), workers=2, quiet=True))
     assert info["fleet"]["n_episodes"] == 12
