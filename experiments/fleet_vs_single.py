@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -38,13 +37,12 @@ from collect.engine import dask_client
 from collect.shard import store_bytes
 from dataset import FleetStore
 from eval import EvalConfig, run_evaluation
+from experiments.common import REPO, run_step, write_section
 from sim.cli import fail, parse_config
 from sim.fleet import SITES
 from train.checkpoint import load_checkpoint, load_policy
 
-REPO = Path(__file__).resolve().parent.parent
 METHODS = ("single", "central", "fedavg", "personal")
-START, END = "<!-- fleet_vs_single:start -->", "<!-- fleet_vs_single:end -->"
 
 
 @dataclass
@@ -73,18 +71,6 @@ class ExperimentConfig:
     docs: str = field(default=str(REPO / "docs" / "federated.md"), metadata={"help": "markdown file for the table"})
     results_dir: str = field(default=str(REPO / "experiments" / "results"),
                              metadata={"help": "where fleet_vs_single.json is written"})
-
-
-def run_step(name: str, command: list[str], log: Path) -> float:
-    """Run one stage as users do (a subprocess), its output in ``log``; the seconds it took."""
-    started = time.perf_counter()
-    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    with open(log, "w") as output:
-        code = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=REPO).returncode
-    if code != 0:
-        fail(f"{name} failed (exit {code}); its output is in {log}", code=1)
-    print(f"{name}: done in {time.perf_counter() - started:.0f} s")
-    return time.perf_counter() - started
 
 
 def training_commands(config: ExperimentConfig, data: Path, out: Path, scheduler: str) -> dict[str, list[str]]:
@@ -171,15 +157,6 @@ def table(config: ExperimentConfig, results: dict, store: FleetStore, facts: dic
     return "\n".join(lines)
 
 
-def write_table(path: Path, text: str) -> None:
-    """Put ``text`` between the experiment's markers in ``path`` (appended with them the first time)."""
-    document = path.read_text() if path.exists() else "# Federated fleet learning\n"
-    if START not in document:
-        document = document.rstrip("\n") + f"\n\n## Fleet vs single robot: measured\n\n{START}\n{END}\n"
-    before, rest = document.split(START, 1)
-    path.write_text(f"{before}{START}\n{text}\n{END}{rest.split(END, 1)[1]}")
-
-
 def main(argv: list[str] | None = None) -> dict:
     config = parse_config(ExperimentConfig, __doc__, argv)
     out = Path(config.out)
@@ -219,7 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
               "robots": store.robots, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "results": results}
     write_results("fleet_vs_single", result, Path(config.results_dir))
     text = table(config, results, store, facts, command)
-    write_table(Path(config.docs), text)
+    write_section(Path(config.docs), "fleet_vs_single", "## Fleet vs single robot: measured", text)
     print(text)
     return result
 
