@@ -32,7 +32,7 @@ from dataset.windows import FleetWindowDataset, WindowSpec
 from sim.cli import code_version, fail, parse_config
 from train.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_state, rng_state, save_checkpoint
 from train.config import TrainConfig
-from train.policy import STATE_FEATURES, PolicySpec, make_policy
+from train.policy import make_policy, policy_spec
 
 
 def learning_rate_factor(step: int, warmup_steps: int, max_steps: int) -> float:
@@ -92,11 +92,11 @@ def main(argv: list[str] | None = None) -> None:
     train_episodes, val_episodes = split_episodes(episodes, config.val_fraction, seed=config.seed)
     if not train_episodes:
         fail(f"no successful episodes in {config.data} match --robots {config.robots} --sites {config.sites}")
-    features = {name: store.features[name]["shape"] for name in STATE_FEATURES if name in store.features}
-    spec = PolicySpec(kind=config.policy, n_obs_steps=config.n_obs_steps, horizon=config.horizon,
-                      n_action_steps=config.n_action_steps, hidden=config.hidden, features=features,
-                      action_dim=store.features["action"]["shape"][0])
-    window = WindowSpec.of(config.n_obs_steps, config.horizon, [*features, "action"])
+    try:  # the policy's inputs: the state features, plus the cameras for image policies
+        spec = policy_spec(config, store.features)
+    except ValueError as error:
+        fail(str(error))
+    window = WindowSpec.of(spec.n_obs_steps, spec.horizon, [*spec.features, "action"], spec.action_start)
     train_loader = make_dataloader(FleetWindowDataset(store, train_episodes, window, mode=config.mode),
                                    batch_size=config.batch_size, seed=config.seed)
     val_loader = None

@@ -9,11 +9,16 @@ from dataclasses import dataclass, field
 class TrainConfig:
     data: str = field(default="data/fleet", metadata={"help": "fleet store to train on (the OUT of collect)"})
     out: str = field(default="runs/bc", metadata={"help": "run directory: config, metrics, checkpoints"})
-    policy: str = field(default="mlp", metadata={"help": "policy kind"})
-    n_obs_steps: int = field(default=2, metadata={"help": "observation frames per window"})
+    policy: str = field(default="mlp", metadata={"help": "policy kind: mlp, cnn, act or diffusion"})
+    n_obs_steps: int | None = field(default=None, metadata={
+        "help": "observation frames per window (default: 1 for act, 2 for the others)"})
     horizon: int = field(default=16, metadata={"help": "actions predicted per window (the chunk)"})
     n_action_steps: int = field(default=8, metadata={"help": "actions of a chunk executed before predicting again"})
     hidden: tuple[int, ...] = field(default=(256, 256), metadata={"help": "MLP hidden widths"})
+    # policy-specific options (train/vision.py, train/lerobot_policies.py)
+    vision_backbone: str = field(default="small", metadata={"help": "cnn image encoder: small or resnet18"})
+    lerobot_config: str = field(default="small", metadata={
+        "help": "act/diffusion model sizes: small (CPU-sized) or default (LeRobot's)"})
     sites: tuple[str, ...] = field(default=(), metadata={"help": "train on these sites only (default: all)"})
     robots: tuple[int, ...] = field(default=(), metadata={"help": "train on these robots only (default: all)"})
     val_fraction: float = field(default=0.1, metadata={"help": "episodes held out for validation"})
@@ -33,6 +38,14 @@ class TrainConfig:
     seed: int = field(default=0, metadata={"help": "seeds the weights, the sampler and the split"})
 
     def __post_init__(self):
+        if self.n_obs_steps is None:
+            self.n_obs_steps = 1 if self.policy == "act" else 2
+        if self.policy == "act" and self.n_obs_steps != 1:
+            raise ValueError(f"--n-obs-steps must be 1 for act (LeRobot's ACT takes one frame), got {self.n_obs_steps}")
+        if self.vision_backbone not in ("small", "resnet18"):
+            raise ValueError(f"--vision-backbone must be small or resnet18, got {self.vision_backbone!r}")
+        if self.lerobot_config not in ("small", "default"):
+            raise ValueError(f"--lerobot-config must be small or default, got {self.lerobot_config!r}")
         for name in ("n_obs_steps", "horizon", "n_action_steps", "batch_size", "grad_accum", "max_steps", "log_interval",
                      "val_interval", "checkpoint_interval", "keep_checkpoints"):
             if getattr(self, name) < 1:

@@ -5,17 +5,24 @@ from the fleet statistics), so a checkpoint is enough to run it:
 
 - ``forward(batch) -> loss``: a training batch in the layout of
   ``dataset.windows.FleetWindowDataset`` (``observation.*`` [B, n_obs_steps, ...],
-  ``action`` [B, horizon, A], ``action_is_pad`` [B, horizon]).
+  images float [B, n_obs_steps, C, H, W] in [0, 1], ``action`` [B, horizon, A],
+  ``action_is_pad`` [B, horizon]).
 - ``reset()``: forget the observation history and queued actions (call at episode start).
 - ``select_action(observation) -> action``: one env observation dict (numpy) in, one
-  action out. It predicts a chunk of ``horizon`` actions, executes the first
-  ``n_action_steps`` of them one per call, then predicts again. A leading batch
-  dimension runs B envs in lockstep (``[B, ...]`` in, ``[B, A]`` out); ``reset()``
-  starts all of them afresh.
+  action out. It predicts a chunk of actions, executes the first ``n_action_steps``
+  of them one per call, then predicts again. A leading batch dimension runs B envs in
+  lockstep (``[B, ...]`` in, ``[B, A]`` out); ``reset()`` starts all of them afresh.
+  Camera images come from the env as uint8 [H, W, 3] and are turned into the
+  training layout here, once, for every image policy.
+
+The kinds (``POLICIES``): ``mlp`` (here), ``cnn`` (train/vision.py), and LeRobot's
+``act`` and ``diffusion`` (train/lerobot_policies.py). ``policy_spec`` picks a kind's
+inputs from a store's features; ``make_policy`` builds it.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
@@ -24,11 +31,28 @@ import torch
 from torch import nn
 
 STATE_FEATURES = ("observation.state", "observation.environment_state")
+IMAGE_PREFIX = "observation.images."
+POLICIES = {  # kind -> "module:class", imported when used (lerobot takes seconds to import)
+    "mlp": "train.policy:MLPPolicy",
+    "cnn": "train.vision:CNNPolicy",
+    "act": "train.lerobot_policies:ACTAdapter",
+    "diffusion": "train.lerobot_policies:DiffusionAdapter",
+}
+
+
+def is_image(name: str) -> bool:
+    return name.startswith(IMAGE_PREFIX)
 
 
 @dataclass
 class PolicySpec:
-    """What a policy is: its kind, window and sizes. Saved in every checkpoint."""
+    """What a policy is: its kind, window and sizes. Saved (as a plain dict) in every checkpoint.
+
+    ``features`` maps each input to its shape as the model sees it (images as [C, H, W]).
+    ``action_start`` is the first action's offset from the current frame in a training
+    window (diffusion's window starts ``n_obs_steps - 1`` frames back). ``options`` holds
+    kind-specific settings (cnn: its vision backbone; act/diffusion: LeRobot config fields).
+    """
 
     kind: str = "mlp"
     n_obs_steps: int = 2
@@ -37,18 +61,36 @@ class PolicySpec:
     hidden: tuple[int, ...] = (256, 256)
     features: dict[str, list[int]] = field(default_factory=dict)  # input feature -> shape
     action_dim: int = 0
+    action_start: int = 0
+    options: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 class Normalizer(nn.Module):
-    """``(x - mean) / std`` per dimension, with the statistics kept as buffers (saved with the weights)."""
+    """``(x - mean) / std`` with the statistics kept as buffers (saved with the weights).
+
+    The buffers keep the statistics' shape: (D,) for vectors, (C, 1, 1) for images.
+    ``Normalizer.of(stats, mode)`` builds LeRobot's modes: ``mean_std``; ``min_max``
+    (to [-1, 1]); ``identity``.
+    """
 
     def __init__(self, mean: np.ndarray, std: np.ndarray):
         super().__init__()
-        self.register_buffer("mean", torch.as_tensor(mean, dtype=torch.float32).reshape(-1))
-        self.register_buffer("std", torch.as_tensor(std, dtype=torch.float32).reshape(-1).clamp_min(1e-6))
+        self.register_buffer("mean", torch.as_tensor(np.asarray(mean), dtype=torch.float32))
+        self.register_buffer("std", torch.as_tensor(np.asarray(std), dtype=torch.float32).clamp_min(1e-6))
+
+    @classmethod
+    def of(cls, stats: dict[str, np.ndarray], mode: str = "mean_std") -> Normalizer:
+        if mode == "mean_std":
+            return cls(stats["mean"], stats["std"])
+        if mode == "min_max":
+            low, high = np.asarray(stats["min"]), np.asarray(stats["max"])
+            return cls((high + low) / 2, (high - low) / 2)
+        if mode == "identity":
+            return cls(np.zeros_like(stats["mean"]), np.ones_like(stats["mean"]))
+        raise ValueError(f"unknown normalisation mode {mode!r}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self.mean) / self.std
@@ -57,18 +99,46 @@ class Normalizer(nn.Module):
         return x * self.std + self.mean
 
 
-class Policy(nn.Module):
-    """Observation history and action-chunk execution around ``predict_chunk`` (see the module docstring)."""
+def module_key(feature: str) -> str:
+    """A feature name as a module name (no dots)."""
+    return feature.replace(".", "_")
 
-    def __init__(self, spec: PolicySpec):
+
+class Policy(nn.Module):
+    """Normalisation, observation history and action-chunk execution (see the module docstring).
+
+    Subclasses implement ``forward`` and ``predict_chunk`` and name their ``head_keys``.
+    ``normalisation`` maps a feature (or ``action``) to its ``Normalizer.of`` mode
+    (default ``mean_std``).
+    """
+
+    images = "none"  # camera inputs: "none", "optional" (used when the store has them) or "required"
+
+    def __init__(self, spec: PolicySpec, stats: dict[str, dict[str, np.ndarray]],
+                 normalisation: dict[str, str] | None = None):
         super().__init__()
-        if not 1 <= spec.n_action_steps <= spec.horizon:
-            raise ValueError(f"n_action_steps must be in 1..horizon ({spec.horizon}), got {spec.n_action_steps}")
+        if not 1 <= spec.n_action_steps <= spec.horizon + spec.action_start:
+            raise ValueError(f"--n-action-steps must be in 1..{spec.horizon + spec.action_start} for {spec.kind} "
+                             f"(horizon {spec.horizon}), got {spec.n_action_steps}")
         self.spec = spec
+        mode = (normalisation or {}).get
+        self.inputs = nn.ModuleDict({module_key(name): Normalizer.of(stats[name], mode(name, "mean_std"))
+                                     for name in spec.features})
+        self.action = Normalizer.of(stats["action"], mode("action", "mean_std"))
         self.reset()
 
+    @classmethod
+    def options(cls, config) -> dict:
+        """Kind-specific ``PolicySpec`` fields from a ``TrainConfig`` (``options``, ``action_start``)."""
+        return {}
+
+    def normalised(self, observations: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The inputs of ``spec.features``, each normalised by its fleet statistics."""
+        return {name: self.inputs[module_key(name)](observations[name]) for name in self.spec.features}
+
     def predict_chunk(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Actions [B, horizon, A] (unnormalised) for observation windows [B, n_obs_steps, ...]."""
+        """Actions [B, >= n_action_steps, A] (unnormalised), from the current frame on, for
+        observation windows [B, n_obs_steps, ...]."""
         raise NotImplementedError
 
     def head_keys(self) -> list[str]:
@@ -85,7 +155,7 @@ class Policy(nn.Module):
         batched = np.ndim(observation[first]) > len(self.spec.features[first])
         for name in self.spec.features:
             history = self._history.setdefault(name, deque(maxlen=self.spec.n_obs_steps))
-            value = np.asarray(observation[name], dtype=np.float32)
+            value = as_model_input(name, observation[name])
             value = value if batched else value[None]
             while len(history) < self.spec.n_obs_steps - 1:  # an episode's first frame pads the history
                 history.append(value)
@@ -93,10 +163,23 @@ class Policy(nn.Module):
         if not self._queued:
             device = next(self.buffers()).device
             window = {name: torch.from_numpy(np.stack(h, axis=1)).to(device) for name, h in self._history.items()}
-            chunk = self.predict_chunk(window).cpu().numpy()  # [B, horizon, A]
+            chunk = self.predict_chunk(window).cpu().numpy()  # [B, steps, A]
             self._queued.extend(chunk.transpose(1, 0, 2)[: self.spec.n_action_steps])
         action = self._queued.popleft()
         return action if batched else action[0]
+
+
+def as_model_input(name: str, value: np.ndarray) -> np.ndarray:
+    """An env observation in the training layout: float32; images uint8 [..., H, W, C] -> [..., C, H, W] in [0, 1]."""
+    if is_image(name):
+        return np.moveaxis(np.asarray(value), -1, -3).astype(np.float32) / 255
+    return np.asarray(value, dtype=np.float32)
+
+
+def masked_mean(error: torch.Tensor, is_pad: torch.Tensor) -> torch.Tensor:
+    """The mean of per-step errors [B, steps] over the steps that are not padding."""
+    valid = (~is_pad).float()
+    return (error * valid).sum() / valid.sum().clamp_min(1.0)
 
 
 class MLPPolicy(Policy):
@@ -105,15 +188,13 @@ class MLPPolicy(Policy):
     Inputs are ``observation.state`` and ``observation.environment_state`` over
     ``n_obs_steps``, each normalised by its fleet mean and std; the output is the
     normalised action chunk. The loss is the mean squared error over the action
-    steps that are not padding.
+    steps that are not padding. Subclasses change the inputs through ``encode``
+    and ``encoded_width``.
     """
 
     def __init__(self, spec: PolicySpec, stats: dict[str, dict[str, np.ndarray]]):
-        super().__init__(spec)
-        self.inputs = nn.ModuleDict({name.replace(".", "_"): Normalizer(stats[name]["mean"], stats[name]["std"])
-                                     for name in spec.features})
-        self.action = Normalizer(stats["action"]["mean"], stats["action"]["std"])
-        width = spec.n_obs_steps * sum(int(np.prod(shape)) for shape in spec.features.values())
+        super().__init__(spec, stats)
+        width = self.encoded_width()
         layers: list[nn.Module] = []
         for hidden in spec.hidden:
             layers += [nn.Linear(width, hidden), nn.GELU()]
@@ -121,9 +202,17 @@ class MLPPolicy(Policy):
         layers.append(nn.Linear(width, spec.horizon * spec.action_dim))
         self.net = nn.Sequential(*layers)
 
+    def encoded_width(self) -> int:
+        """The width of ``encode``'s output."""
+        return self.spec.n_obs_steps * sum(int(np.prod(shape)) for shape in self.spec.features.values())
+
+    def encode(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Normalised observation windows -> one vector [B, encoded_width] per sample."""
+        return torch.cat([inputs[name].flatten(1) for name in self.spec.features], dim=1)
+
     def _normalised_chunk(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
-        inputs = [self.inputs[name.replace(".", "_")](observations[name]).flatten(1) for name in self.spec.features]
-        return self.net(torch.cat(inputs, dim=1)).unflatten(1, (self.spec.horizon, self.spec.action_dim))
+        encoded = self.encode(self.normalised(observations))
+        return self.net(encoded).unflatten(1, (self.spec.horizon, self.spec.action_dim))
 
     def predict_chunk(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.action.inverse(self._normalised_chunk(observations))
@@ -134,15 +223,36 @@ class MLPPolicy(Policy):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         error = (self._normalised_chunk(batch) - self.action(batch["action"])).pow(2).mean(dim=2)
-        valid = (~batch["action_is_pad"]).float()
-        return (error * valid).sum() / valid.sum().clamp_min(1.0)
+        return masked_mean(error, batch["action_is_pad"])
 
 
-POLICIES = {"mlp": MLPPolicy}
+def policy_class(kind: str) -> type[Policy]:
+    if kind not in POLICIES:
+        raise ValueError(f"unknown policy {kind!r}; choose from {sorted(POLICIES)}")
+    module, name = POLICIES[kind].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def policy_spec(config, store_features: dict[str, dict]) -> PolicySpec:
+    """The spec of ``config.policy`` (a ``TrainConfig``) on a store with ``store_features``.
+
+    Every kind takes the state features the store has; image kinds also take its cameras
+    (as [C, H, W]). Raises ValueError for an unknown kind or a kind the store cannot feed.
+    """
+    cls = policy_class(config.policy)
+    features = {name: list(store_features[name]["shape"]) for name in STATE_FEATURES if name in store_features}
+    cameras = {name: [feature["shape"][2], *feature["shape"][:2]] for name, feature in store_features.items()
+               if is_image(name) and feature["dtype"] in ("image", "video")}
+    if cls.images == "required" and not cameras:
+        raise ValueError(f"the {config.policy} policy needs camera images and the store has none "
+                         f"(collect with --cameras)")
+    if cls.images != "none":
+        features.update(cameras)
+    return PolicySpec(kind=config.policy, n_obs_steps=config.n_obs_steps, horizon=config.horizon,
+                      n_action_steps=config.n_action_steps, hidden=tuple(config.hidden), features=features,
+                      action_dim=store_features["action"]["shape"][0], **cls.options(config))
 
 
 def make_policy(spec: PolicySpec, stats: dict[str, dict[str, np.ndarray]]) -> Policy:
     """A policy of ``spec.kind`` with normalisation from ``stats``."""
-    if spec.kind not in POLICIES:
-        raise ValueError(f"unknown policy {spec.kind!r}; choose from {sorted(POLICIES)}")
-    return POLICIES[spec.kind](spec, stats)
+    return policy_class(spec.kind)(spec, stats)
