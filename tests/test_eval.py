@@ -15,6 +15,7 @@ from collect_helpers import REPO, collected, subprocess_env
 from dataset import FleetStore
 from eval import EvalConfig, run_evaluation
 from eval.cli import main as evaluate_main
+from eval.engine import make_jobs
 from eval.output import check_out
 from eval.plan import held_out_seeds, make_plan, trained_seeds
 from eval.report import wilson_interval
@@ -294,3 +295,18 @@ def test_eval_speed_benchmark_measures_every_setup(checkpoint, tmp_path):
     assert result["ratios"]["eval_2w_vs_loop"] > 0 and result["job"]["task"] == "reach"
     assert json.loads((tmp_path / "eval_speed.json").read_text())["ratios"] == result["ratios"]
     assert "| reach 2x2" in tables.read_text()
+
+
+def test_an_image_policy_gets_the_cameras_and_image_size_it_was_trained_on(camera_fleet, tmp_path):
+    run = tmp_path / "cnn"
+    completed = subprocess.run(
+        [sys.executable, str(REPO / "train" / "bc.py"), "--data", str(camera_fleet), "--out", str(run),
+         "--policy", "cnn", "--max-steps", "2", "--batch-size", "8", "--val-fraction", "0", "--log-interval", "2"],
+        capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    config = EvalConfig(checkpoint=str(run), robots=1, episodes=2, out=str(tmp_path / "eval"))
+    plan = make_plan(config)
+    assert (plan.cameras, plan.image_size) == (("front",), 32)
+    (robot_job,) = make_jobs(config, plan, tmp_path / "videos")
+    records = evaluate_robot(robot_job)
+    assert len(records) == 2 and all(r["error"] is None and r["steps"] >= 1 for r in records)
