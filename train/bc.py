@@ -4,24 +4,27 @@
     torchrun --standalone --nproc_per_node=2 train/bc.py --data data/fleet   # DDP, 2 ranks
 
 DDP is detected from the environment torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK);
-the backend follows the device: nccl on GPU, gloo on CPU. Rank 0 alone logs, writes
-RUN/metrics.jsonl and writes checkpoints. A run resumes from RUN/checkpoints/last
-unless --no-resume, so rerunning the same command (or torchrun --max-restarts)
-carries on after a crash, from the start of the epoch the checkpoint was in.
+the backend follows the device: nccl on GPU, gloo on CPU. Gradients travel through the
+comm hook of --comm-hook (train/comm_hooks.py). Rank 0 alone logs (train/monitor.py:
+progress lines, RUN/metrics.jsonl with the data-wait, compute and communication times,
+TensorBoard, optional Weights & Biases, RUN/training_curve.png) and writes checkpoints.
+A run resumes from RUN/checkpoints/last unless --no-resume, so rerunning the same
+command (or torchrun --max-restarts) carries on after a crash, from the start of the
+epoch after the checkpoint's. docs/training.md is the guide.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import functools
 import math
 import os
-import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from collect.manifest import write_json_atomic
 from dataset import FleetStore
@@ -31,7 +34,9 @@ from dataset.stats import fleet_stats
 from dataset.windows import FleetWindowDataset, WindowSpec
 from sim.cli import code_version, fail, parse_config
 from train.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_state, rng_state, save_checkpoint
+from train.comm_hooks import register_comm_hook
 from train.config import TrainConfig
+from train.monitor import Monitor, StepTimer, sync_efficiency
 from train.policy import make_policy, policy_spec
 
 
@@ -43,12 +48,19 @@ def learning_rate_factor(step: int, warmup_steps: int, max_steps: int) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def mean_over_ranks(value: float, device: torch.device) -> float:
+def scaled_learning_rate(lr: float, rule: str, effective_batch: int, base_batch: int) -> float:
+    """``lr``, meant for ``base_batch``, scaled to ``effective_batch``: none, linear or sqrt in the ratio."""
+    ratio = effective_batch / base_batch
+    return lr * {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[rule]
+
+
+def mean_over_ranks(values: dict[str, float], device: torch.device) -> dict[str, float]:
+    """Each value averaged over the ranks, in one all-reduce (as it is in one process)."""
     if not dist.is_initialized():
-        return value
-    tensor = torch.tensor([value], dtype=torch.float64, device=device)
+        return values
+    tensor = torch.tensor(list(values.values()), dtype=torch.float64, device=device)
     dist.all_reduce(tensor)
-    return tensor.item() / dist.get_world_size()
+    return dict(zip(values, (tensor / dist.get_world_size()).tolist()))
 
 
 @torch.no_grad()
@@ -56,7 +68,7 @@ def validation_loss(model: torch.nn.Module, loader, device: torch.device) -> flo
     model.eval()
     losses = [model({k: v.to(device) for k, v in batch.items()}).item() for batch in loader]
     model.train()
-    return mean_over_ranks(sum(losses) / max(1, len(losses)), device)
+    return mean_over_ranks({"val_loss": sum(losses) / max(1, len(losses))}, device)["val_loss"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -76,6 +88,12 @@ def main(argv: list[str] | None = None) -> None:
         rank, world_size = 0, 1
     master = rank == 0
     run = Path(config.out)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    if config.amp == "fp16" and device.type != "cuda":
+        fail("--amp fp16 needs a GPU (a GradScaler guards its float16 gradients there); use --amp bf16 on CPU")
+    if config.amp == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        fail(f"--amp bf16 needs a GPU with bfloat16 ({torch.cuda.get_device_name(device)} has none); use --amp fp16")
 
     # ----- data ----------------------------------------------------------------------------------------
     try:
@@ -104,107 +122,155 @@ def main(argv: list[str] | None = None) -> None:
         val_loader = make_dataloader(FleetWindowDataset(store, val_episodes, window, mode=config.mode),
                                      batch_size=config.batch_size, shuffle=False, drop_last=False)
 
-    # ----- model and optimiser -------------------------------------------------------------------------
+    # ----- model -----------------------------------------------------------------------------------------
     torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     try:
         policy = make_policy(spec, stats).to(device)
     except ValueError as error:
         fail(str(error))
-    model = DistributedDataParallel(policy) if ddp else policy
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+
+    # ----- communication -------------------------------------------------------------------------------
+    if ddp and device.type == "cuda":  # batch norm over every rank's samples (SyncBatchNorm is GPU-only)
+        policy = torch.nn.SyncBatchNorm.convert_sync_batchnorm(policy)
+    model = DistributedDataParallel(policy, bucket_cap_mb=config.bucket_cap_mb) if ddp else policy
+    if ddp:
+        try:  # PowerSGD sends exact gradients during the warmup, compressed ones after it
+            register_comm_hook(model, config.comm_hook, device, config.powersgd_rank, config.warmup_steps)
+        except ValueError as error:
+            fail(str(error))
+
+    # ----- optimisation --------------------------------------------------------------------------------
+    effective_batch = config.batch_size * config.grad_accum * world_size
+    lr = scaled_learning_rate(config.lr, config.lr_scaling, effective_batch, config.base_batch)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: learning_rate_factor(step, config.warmup_steps, config.max_steps))
+    autocast = functools.partial(torch.autocast, device.type, enabled=config.amp != "none",
+                                 dtype=torch.float16 if config.amp == "fp16" else torch.bfloat16)
+    scaler = torch.amp.GradScaler(device.type, enabled=config.amp == "fp16")  # fp16 gradients would underflow
+    ema = None
+    if config.ema_decay > 0:
+        ema = AveragedModel(policy, multi_avg_fn=get_ema_multi_avg_fn(config.ema_decay), use_buffers=True)
+    evaluated = ema.module if ema is not None else policy  # what validation and evaluation run
 
+    # ----- resume and checkpoints ------------------------------------------------------------------------
     step = 0
     checkpoint_path = latest_checkpoint(run) if config.resume else None
     if checkpoint_path is not None:
         checkpoint = load_checkpoint(checkpoint_path)
-        policy.load_state_dict(checkpoint["model"])
+        # With an EMA, "model" holds the average (evaluation runs it) and "ema" the trained weights.
+        policy.load_state_dict(checkpoint.get("ema", {}).get("trained_model", checkpoint["model"]))
+        if ema is not None and "ema" in checkpoint:  # else the average starts afresh from these weights
+            ema.module.load_state_dict(checkpoint["model"])
+            ema.n_averaged.fill_(checkpoint["ema"]["updates"])
+        if scaler.is_enabled() and "scaler" in checkpoint:
+            scaler.load_state_dict(checkpoint["scaler"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         scheduler.load_state_dict(checkpoint["scheduler"])
+        lr = scheduler.base_lrs[0]  # the checkpoint's, even if --lr or the world size changed
         restore_rng_state(checkpoint["rng"])
         step = checkpoint["step"]
         train_loader.set_epoch(checkpoint["epoch"] + 1)
 
     def save(at_step: int) -> None:
-        save_checkpoint(run, {
-            "policy_spec": spec.to_dict(), "model": policy.state_dict(), "optimizer": optimizer.state_dict(),
+        content = {
+            "policy_spec": spec.to_dict(), "model": evaluated.state_dict(), "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(), "step": at_step, "epoch": train_loader.epoch - 1,
             "rng": rng_state(), "config": vars(config), "stats": stats, "features": store.features,
             "task": (store.manifest or {}).get("task"), "data": str(store.path), "code_version": code_version(),
-        }, at_step, keep=config.keep_checkpoints)
+        }
+        if ema is not None:
+            content["ema"] = {"decay": config.ema_decay, "updates": int(ema.n_averaged),
+                              "trained_model": policy.state_dict()}
+        if scaler.is_enabled():
+            content["scaler"] = scaler.state_dict()
+        save_checkpoint(run, content, at_step, keep=config.keep_checkpoints)
 
     if master:
         run.mkdir(parents=True, exist_ok=True)
         write_json_atomic(run / "config.json", {"config": vars(config), "policy_spec": spec.to_dict(),
-                                                 "world_size": world_size, "code_version": code_version()})
+                                                 "world_size": world_size, "effective_batch": effective_batch,
+                                                 "lr": lr, "code_version": code_version()})
         print(f"training {config.policy} on {len(train_episodes)} episodes ({len(val_episodes)} held out), "
               f"{world_size} rank(s) on {device}, batch "
               f"{config.batch_size} x {config.grad_accum} micro-steps x {world_size} ranks = "
-              f"{config.batch_size * config.grad_accum * world_size} windows per step (the effective batch)"
-              + (f"; resumed from step {step}" if checkpoint_path else ""))
-    metrics = open(run / "metrics.jsonl", "a") if master else None
+              f"{effective_batch} windows per step (the effective batch); lr {lr:.4g} ({config.lr:.4g} "
+              f"for batch {config.base_batch}, scaling {config.lr_scaling}); amp {config.amp}, "
+              f"comm hook {config.comm_hook if ddp else 'none (one process)'}, "
+              f"ema {config.ema_decay or 'off'}" + (f"; resumed from step {step}" if checkpoint_path else ""))
+    monitor = Monitor(run, config, start_step=step) if master else None
+    timer = StepTimer(policy, device)
 
     # ----- the loop ------------------------------------------------------------------------------------
     batches = iter(train_loader)
-    window_start, data_wait, samples = time.perf_counter(), 0.0, 0
     while step < config.max_steps:
         optimizer.zero_grad(set_to_none=True)
         step_loss = 0.0
         for micro_step in range(config.grad_accum):
-            wait_start = time.perf_counter()
+            timer.fetch_start()
             try:
                 batch = next(batches)
             except StopIteration:  # an epoch ends: the next pass reshuffles (set_epoch)
                 batches = iter(train_loader)
                 batch = next(batches)
             batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
-            data_wait += time.perf_counter() - wait_start
+            timer.fetch_done()
             # Gradients are all-reduced once per step: on the last micro-step, not on the ones before.
             last_micro_step = micro_step == config.grad_accum - 1
             with model.no_sync() if ddp and not last_micro_step else contextlib.nullcontext():
-                loss = model(batch) / config.grad_accum
-                loss.backward()
+                with autocast():
+                    loss = model(batch) / config.grad_accum
+                scaler.scale(loss).backward()  # the scaler passes the loss through unless --amp fp16
+            timer.backward_done(synced=ddp and last_micro_step)
             step_loss += loss.item()
-            samples += len(batch["action"]) * world_size
-        # The gradients are all-reduced, so their norm is the same on every rank: a NaN loss on
-        # any rank makes it NaN everywhere, and all ranks stop together without an extra collective.
+        scaler.unscale_(optimizer)  # clip the true gradients
         gradient_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(),
                                                        config.grad_clip if config.grad_clip > 0 else math.inf)
-        if not math.isfinite(gradient_norm.item()):
+        # The gradients are all-reduced, so their norm is the same on every rank: a NaN loss on any
+        # rank makes it NaN everywhere, and all ranks stop together without an extra collective.
+        # Under fp16 an overflow is routine: the scaler skips that step and halves its scale, until
+        # even a scale below 1 overflows.
+        scaler_backs_off = scaler.is_enabled() and scaler.get_scale() >= 1.0
+        if not math.isfinite(gradient_norm.item()) and not scaler_backs_off:
             fail(f"loss or gradients are not finite at step {step} (loss {step_loss}); stopping. The last good "
                  f"checkpoint is kept in {run / 'checkpoints'}", code=3)
-        optimizer.step()
+        scaler.step(optimizer)
+        scaler.update()
         scheduler.step()
+        if ema is not None:
+            ema.update_parameters(policy)
         step += 1
+        timer.step_done(samples=effective_batch)
 
         record = {}
         if step % config.log_interval == 0 or step == config.max_steps:
-            elapsed = time.perf_counter() - window_start
-            record = {"step": step, "epoch": train_loader.epoch - 1, "loss": mean_over_ranks(step_loss, device),
-                      "lr": scheduler.get_last_lr()[0], "samples_per_s": samples / elapsed,
-                      "data_wait_s": data_wait}
-            window_start, data_wait, samples = time.perf_counter(), 0.0, 0
+            window = mean_over_ranks({"loss": step_loss, **timer.window()}, device)
+            busy = window["data_wait_s"] + window["compute_s"] + window["communication_s"]
+            record = {"step": step, "epoch": train_loader.epoch - 1, "loss": window["loss"],
+                      "lr": scheduler.get_last_lr()[0], "samples_per_s": window["samples"] / busy,
+                      "data_wait_s": window["data_wait_s"], "compute_s": window["compute_s"],
+                      "communication_s": window["communication_s"],
+                      "sync_efficiency": sync_efficiency(window["compute_s"], window["communication_s"])}
         if val_loader is not None and (step % config.val_interval == 0 or step == config.max_steps):
-            record = {"step": step, **record, "val_loss": validation_loss(model, val_loader, device)}
+            with autocast():
+                record = {"step": step, **record, "val_loss": validation_loss(evaluated, val_loader, device)}
         if master and record:
-            metrics.write(json.dumps(record) + "\n")
-            metrics.flush()
-            print(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()))
+            monitor.log(record)
         if master and (step % config.checkpoint_interval == 0 or step == config.max_steps):
             save(step)
 
     # ----- the end -------------------------------------------------------------------------------------
-    if ddp:  # a cheap guard: every rank must hold the same weights
-        digest = torch.stack([p.detach().double().sum() for p in policy.parameters()]).sum().reshape(1)
+    if ddp:  # a cheap guard: every rank must hold the same weights (and the same average of them)
+        weights = [*policy.parameters(), *(ema.parameters() if ema is not None else [])]
+        digest = torch.stack([p.detach().double().sum() for p in weights]).sum().reshape(1)
         digests = [torch.zeros_like(digest) for _ in range(world_size)]
         dist.all_gather(digests, digest)
         in_sync = all(torch.equal(d, digests[0]) for d in digests)
         if master:
-            metrics.write(json.dumps({"step": step, "ranks_in_sync": in_sync, "world_size": world_size}) + "\n")
+            monitor.log({"step": step, "ranks_in_sync": in_sync, "world_size": world_size})
         dist.destroy_process_group()
     if master:
-        metrics.close()
+        monitor.close()
         print(f"done: {run / 'checkpoints' / 'last'}")
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from train.comm_hooks import COMM_HOOKS
+
 
 @dataclass
 class TrainConfig:
@@ -36,6 +38,25 @@ class TrainConfig:
     keep_checkpoints: int = field(default=3, metadata={"help": "newest checkpoints kept"})
     resume: bool = field(default=True, metadata={"help": "carry on from OUT's latest checkpoint"})
     seed: int = field(default=0, metadata={"help": "seeds the weights, the sampler and the split"})
+    # optimisation (train/bc.py)
+    lr_scaling: str = field(default="none", metadata={
+        "help": "scale --lr to the effective batch: none, linear (lr x B/base) or sqrt (lr x sqrt(B/base))"})
+    base_batch: int = field(default=256, metadata={"help": "the effective batch --lr is meant for (--lr-scaling)"})
+    amp: str = field(default="none", metadata={
+        "help": "mixed precision: none, bf16 (autocast, CPU or GPU) or fp16 (autocast and a GradScaler, GPU only)"})
+    ema_decay: float = field(default=0.0, metadata={
+        "help": "EMA of the weights with this decay, e.g. 0.999 (0: off); evaluation and val loss use the EMA"})
+    threads: int = field(default=0, metadata={"help": "torch threads per rank (0: torch's default)"})
+    # communication between ranks (train/comm_hooks.py)
+    comm_hook: str = field(default="none", metadata={
+        "help": "how DDP sends gradients: none (float32), fp16, bf16, powersgd or int8"})
+    powersgd_rank: int = field(default=2, metadata={"help": "rank of PowerSGD's low-rank factors"})
+    bucket_cap_mb: float = field(default=25.0, metadata={"help": "DDP gradient bucket size in MiB"})
+    # monitoring (train/monitor.py)
+    wandb: bool = field(default=False, metadata={"help": "also log to Weights & Biases"})
+    wandb_project: str = field(default="robofleet", metadata={"help": "Weights & Biases project"})
+    wandb_mode: str = field(default="", metadata={
+        "help": "online, offline or disabled (default: WANDB_MODE, else online); offline needs no network"})
 
     def __post_init__(self):
         if self.n_obs_steps is None:
@@ -47,9 +68,22 @@ class TrainConfig:
         if self.lerobot_config not in ("small", "default"):
             raise ValueError(f"--lerobot-config must be small or default, got {self.lerobot_config!r}")
         for name in ("n_obs_steps", "horizon", "n_action_steps", "batch_size", "grad_accum", "max_steps", "log_interval",
-                     "val_interval", "checkpoint_interval", "keep_checkpoints"):
+                     "val_interval", "checkpoint_interval", "keep_checkpoints", "base_batch", "powersgd_rank"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        choices = {"lr_scaling": ("none", "linear", "sqrt"), "amp": ("none", "bf16", "fp16"),
+                   "comm_hook": COMM_HOOKS,
+                   "wandb_mode": ("", "online", "offline", "disabled")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"--{name.replace('_', '-')} must be one of {', '.join(filter(None, allowed))}, "
+                                 f"got {getattr(self, name)!r}")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ValueError(f"--ema-decay must be in [0, 1), got {self.ema_decay}")
+        if self.threads < 0:
+            raise ValueError(f"--threads must be 0 (torch's default) or more, got {self.threads}")
+        if self.bucket_cap_mb <= 0:
+            raise ValueError(f"--bucket-cap-mb must be positive, got {self.bucket_cap_mb}")
         if self.mode not in ("memory", "streaming"):
             raise ValueError(f"--mode must be memory or streaming, got {self.mode!r}")
         if not 0.0 <= self.val_fraction < 1.0:

@@ -1,0 +1,199 @@
+"""Watching a training run: where each step's time goes, and rank 0's records of it.
+
+``StepTimer`` (every rank) splits training time into data wait, compute and
+communication. ``Monitor`` (rank 0) writes what the loop reports: a progress line,
+``RUN/metrics.jsonl``, TensorBoard events in ``RUN/tensorboard``, optionally a Weights &
+Biases run, and ``RUN/training_curve.png`` at the end.
+
+How communication is timed (docs/training.md has the long version). DDP all-reduces
+gradient buckets while the backward pass is still computing, so the time a bucket spends
+on the wire is mostly hidden and would overstate the cost. What the step pays for is
+the *exposed* communication: from the moment the last gradient is computed (a
+post-accumulate-grad hook on every parameter marks it) to the moment ``backward()``
+returns, which DDP delays until every bucket is averaged. That span also holds the wait
+for a slower rank, which is a synchronisation cost too. Everything else in the forward,
+backward and optimiser step is compute, and
+
+    sync efficiency = compute / (compute + communication)
+
+On a GPU the marks are CUDA events on the compute stream, so they time the GPU's work,
+not the CPU's kernel launches; a step's data wait is then the time the GPU idled for
+the next batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+SYNC_EFFICIENCY_WARNING = 0.7
+
+
+class StepTimer:
+    """Seconds of data wait, compute and exposed communication, summed over a window of steps.
+
+    The loop calls ``fetch_start``, ``fetch_done`` and ``backward_done`` in every micro-step
+    and ``step_done`` after the optimiser step; ``window()`` returns the sums since the
+    last call and starts a new window. Time outside those calls (validation, checkpoints,
+    logging) is not counted.
+    """
+
+    def __init__(self, module: torch.nn.Module, device: torch.device):
+        self.cuda = device.type == "cuda"
+        for parameter in module.parameters():
+            if parameter.requires_grad:
+                parameter.register_post_accumulate_grad_hook(self._gradient_ready)
+        self._spans: list[tuple[str, object, object]] = []  # (kind, start mark, end mark)
+        self._mark = self._gradients_ready = None
+        self._samples = 0
+
+    def _now(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def _seconds(self, start, end) -> float:
+        return start.elapsed_time(end) / 1e3 if self.cuda else end - start
+
+    def _gradient_ready(self, _parameter: torch.Tensor) -> None:
+        self._gradients_ready = self._now()  # the last call of a backward pass marks its end
+
+    def _span(self, kind: str, end=None) -> None:
+        end = self._now() if end is None else end
+        self._spans.append((kind, self._mark, end))
+        self._mark = end
+
+    def fetch_start(self) -> None:
+        self._mark = self._now()
+
+    def fetch_done(self) -> None:
+        self._span("data")
+
+    def backward_done(self, synced: bool) -> None:
+        """After ``backward()``; ``synced``: DDP all-reduced the gradients in this backward."""
+        if synced:
+            self._span("compute", self._gradients_ready)
+            self._span("communication")
+        else:
+            self._span("compute")
+
+    def step_done(self, samples: int) -> None:
+        self._span("compute")
+        self._samples += samples
+
+    def window(self) -> dict[str, float]:
+        """``data_wait_s``, ``compute_s``, ``communication_s`` and ``samples`` since the last window."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        totals = {"data": 0.0, "compute": 0.0, "communication": 0.0}
+        for kind, start, end in self._spans:
+            totals[kind] += self._seconds(start, end)
+        result = {"data_wait_s": totals["data"], "compute_s": totals["compute"],
+                  "communication_s": totals["communication"], "samples": float(self._samples)}
+        self._spans, self._samples = [], 0
+        return result
+
+
+def sync_efficiency(compute_s: float, communication_s: float) -> float:
+    """compute / (compute + communication): 1.0 when no time goes to communication."""
+    total = compute_s + communication_s
+    return compute_s / total if total > 0 else 1.0
+
+
+def read_records(path: Path) -> list[dict]:
+    """The records of a metrics.jsonl; a last line cut short by a crash is skipped."""
+    records = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def progress_line(record: dict) -> str:
+    return " ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items())
+
+
+class Monitor:
+    """Rank 0's records of a run (see the module docstring).
+
+    A run that resumes from step ``start_step`` first drops the records after it from
+    metrics.jsonl (and TensorBoard purges its events after it), because those steps are
+    trained again: the records then describe the history that led to each checkpoint.
+    """
+
+    def __init__(self, run: Path, config, start_step: int):
+        self.run = Path(run)
+        self.metrics_path = self.run / "metrics.jsonl"
+        kept = [json.dumps(r) + "\n" for r in read_records(self.metrics_path) if r.get("step", 0) <= start_step]
+        temporary = self.metrics_path.with_suffix(".jsonl.tmp")
+        temporary.write_text("".join(kept))
+        os.replace(temporary, self.metrics_path)
+        self.metrics = open(self.metrics_path, "a")
+        self.tensorboard = SummaryWriter(str(self.run / "tensorboard"), purge_step=start_step + 1)
+        self.wandb = None
+        if config.wandb:
+            import wandb  # only when asked: it is slow to import
+
+            self.wandb = wandb.init(project=config.wandb_project, dir=str(self.run), name=self.run.name,
+                                    config=vars(config), mode=config.wandb_mode or None)
+
+    def log(self, record: dict) -> None:
+        """Append ``record`` (it has a ``step``) everywhere, print it, warn on a low sync efficiency."""
+        self.metrics.write(json.dumps(record) + "\n")
+        self.metrics.flush()
+        scalars = {key: value for key, value in record.items()
+                   if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool)}
+        for key, value in scalars.items():
+            self.tensorboard.add_scalar(key, value, record["step"])
+        if self.wandb is not None:
+            self.wandb.log(scalars, step=record["step"])
+        print(progress_line(record), flush=True)
+        efficiency = record.get("sync_efficiency")
+        if efficiency is not None and efficiency < SYNC_EFFICIENCY_WARNING:
+            print(f"warning: sync efficiency {efficiency:.2f} is below {SYNC_EFFICIENCY_WARNING}: ranks spend "
+                  f"{1 - efficiency:.0%} of their step communicating; try --grad-accum, a larger --batch-size "
+                  "or --comm-hook", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """Flush and close everything, and draw RUN/training_curve.png from metrics.jsonl."""
+        self.metrics.close()
+        self.tensorboard.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+        plot_training_curve(self.metrics_path, self.run / "training_curve.png")
+
+
+def plot_training_curve(metrics_path: Path, png_path: Path) -> None:
+    """Loss and validation loss (log scale) over steps, and the learning rate below them, as a PNG."""
+    from matplotlib.figure import Figure  # here: matplotlib takes a second to import, and only the end plots
+
+    records = read_records(metrics_path)
+    figure = Figure(figsize=(7, 5), layout="constrained")
+    loss_axes, lr_axes = figure.subplots(2, 1, sharex=True, height_ratios=[3, 1])
+    for key, label, style in (("loss", "training loss", "-"), ("val_loss", "validation loss", "o-")):
+        points = [(r["step"], r[key]) for r in records if key in r]
+        if points:
+            loss_axes.plot(*zip(*points), style, label=label, markersize=3)
+    loss_axes.set_yscale("log")
+    loss_axes.set_ylabel("loss")
+    loss_axes.legend()
+    loss_axes.grid(alpha=0.3)
+    points = [(r["step"], r["lr"]) for r in records if "lr" in r]
+    if points:
+        lr_axes.plot(*zip(*points), color="tab:green")
+    lr_axes.set_ylabel("learning rate")
+    lr_axes.set_xlabel("step")
+    lr_axes.grid(alpha=0.3)
+    temporary = png_path.with_suffix(".png.tmp")
+    figure.savefig(temporary, format="png", dpi=100)
+    os.replace(temporary, png_path)
