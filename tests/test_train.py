@@ -1,32 +1,15 @@
 """train/bc.py: one process and torchrun ranks, checkpoints that resume and load for evaluation."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+import torch
 
-from collect_helpers import REPO, subprocess_env
 from sim.fleet import make_robot
 from sim.tasks import resolve_task
 from train.checkpoint import latest_checkpoint, load_checkpoint, load_policy
-
-QUICK = ["--batch-size", "32", "--log-interval", "5", "--val-interval", "10", "--checkpoint-interval", "10",
-         "--warmup-steps", "5", "--hidden", "64", "64", "--lr", "3e-3"]
-
-
-def train(*arguments, ranks: int = 1) -> subprocess.CompletedProcess:
-    launcher = [sys.executable]
-    if ranks > 1:
-        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
-    env = {**subprocess_env(), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    return subprocess.run([*launcher, str(REPO / "train" / "bc.py"), *QUICK, *map(str, arguments)],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
-
-
-def metrics(run) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+from train_helpers import metrics, train
 
 
 def test_one_process_learns_checkpoints_and_resumes_where_it_stopped(pick_place_fleet, tmp_path):
@@ -75,6 +58,8 @@ def test_two_torchrun_ranks_end_with_identical_weights(pick_place_fleet, tmp_pat
     (["--data", "/nonexistent"], "no fleet store"),
     (["--policy", "transformer"], "unknown policy"),
     (["--batch-size", "0"], "--batch-size must be at least 1"),
+    (["--comm-hook", "zip"], "--comm-hook must be one of none, fp16, bf16, powersgd, int8"),
+    (["--amp", "fp16"], "--amp fp16 needs a GPU"),  # this machine has none
 ])
 def test_bad_input_is_one_line_and_nonzero(pick_place_fleet, tmp_path, arguments, message):
     completed = train("--data", pick_place_fleet, "--out", tmp_path / "run", *arguments)
@@ -115,3 +100,42 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_checkpoint(pick_plac
     assert "not finite" in completed.stderr and completed.stderr.strip().count("\n") == 0
     checkpoint = load_checkpoint(latest_checkpoint(run))  # intact: it loads
     assert 1 <= checkpoint["step"] < 50
+
+
+def test_the_learning_rate_scales_with_the_effective_batch():
+    from train.bc import scaled_learning_rate
+
+    assert scaled_learning_rate(1e-3, "none", 1024, 256) == 1e-3
+    assert scaled_learning_rate(1e-3, "linear", 1024, 256) == pytest.approx(4e-3)
+    assert scaled_learning_rate(1e-3, "sqrt", 1024, 256) == pytest.approx(2e-3)
+    assert scaled_learning_rate(1e-3, "linear", 64, 256) == pytest.approx(2.5e-4)
+
+
+def test_ema_weights_are_what_evaluation_loads_and_a_resume_restores_both(pick_place_fleet, tmp_path):
+    """10 steps, then a resumed 11th, with an EMA of decay 0.9 and a checkpoint every step.
+
+    "model" holds the average and load_policy returns it. After the resume, the step-11
+    average is one EMA update of the restored step-10 average with the step-11 weights
+    (a fresh average would equal those weights). The trained weights resumed are the trained
+    ones, not the average: one step moves them far less than the ~10 steps the average lags.
+    """
+    run = tmp_path / "run"
+    common = ["--data", pick_place_fleet, "--out", run, "--ema-decay", "0.9", "--checkpoint-interval", "1"]
+    assert train(*common, "--max-steps", "10").returncode == 0
+    resumed = train(*common, "--max-steps", "11")
+    assert resumed.returncode == 0 and "resumed from step 10" in resumed.stdout
+    before, after = (load_checkpoint(run / "checkpoints" / f"step_{step:08d}.pt") for step in (10, 11))
+    assert after["ema"]["updates"] == 11 and after["ema"]["decay"] == 0.9
+    for key, average in after["model"].items():
+        expected = 0.9 * before["model"][key] + 0.1 * after["ema"]["trained_model"][key]
+        torch.testing.assert_close(average, expected, msg=key)
+
+    def distance(a: dict, b: dict) -> float:
+        return sum((a[key] - b[key]).norm().item() for key in a)
+
+    trained_before, trained_after = before["ema"]["trained_model"], after["ema"]["trained_model"]
+    assert distance(trained_after, trained_before) < 0.5 * distance(trained_after, before["model"])
+    policy, _ = load_policy(run)
+    for key, value in policy.state_dict().items():
+        assert torch.equal(value, after["model"][key]), key
+    assert not all(torch.equal(after["model"][k], trained_after[k]) for k in trained_after)
