@@ -1,0 +1,162 @@
+"""How fast train/bc.py trains, and how well it scales from 1 rank to 2.
+
+``mlp_scaling`` trains the default config (mlp policy, 256x256, batch 256 per rank) on one
+collected fleet and reads bc.py's own RUN/metrics.jsonl: samples/s over the training
+steps and the sync efficiency (compute / (compute + exposed communication), see
+docs/training.md), summed over the log windows after the first (start-up, warm caches).
+On CPU (gloo) it runs three setups:
+
+- ``1r1t``: 1 rank, 1 thread: one core's worth of training, the weak-scaling unit;
+- ``1r2t``: 1 rank, 2 threads: what one process makes of both cores;
+- ``2r1t``: 2 ranks under torchrun, 1 thread each.
+
+    weak-scaling efficiency = samples/s of 2r1t / (2 x samples/s of 1r1t)     (goal >= 0.9)
+
+and ``2r1t / 1r2t`` says whether two ranks use the two cores better than threads do.
+Each round runs the setups back to back (the VM's speed drifts); ratios are medians of
+within-round ratios, rates the best round. Options after ``--`` go to every bc.py run,
+which is how bucket size, accumulation and threads are tuned:
+
+    python -m benchmarks.train_speed [--robots 20] [--episodes 10] [--steps 300] [--rounds 3] [-- --grad-accum 2]
+
+Where CUDA is available (never in CI) ``gpu_scaling`` measures the same on nccl: 1 GPU,
+and 2 GPUs when there are two. Other training measurements (our ACT against
+``lerobot-train``: benchmarks/act_vs_lerobot.py) join ``main`` as further sections.
+Writes benchmarks/results/train_speed.json and a row per device in benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import sim  # noqa: F401  (first: it selects headless rendering before mujoco loads)
+
+import torch
+
+from benchmarks.common import benchmark_parser, machine_facts, publish
+from collect import CollectConfig, run_collection
+from train.monitor import read_records
+
+REPO = Path(__file__).resolve().parent.parent
+CPU_SETUPS = {"1r1t": (1, 1), "1r2t": (1, 2), "2r1t": (2, 1)}  # name: (ranks, threads per rank)
+
+
+def train_figures(data: Path, out: Path, ranks: int, threads: int, steps: int, log_interval: int,
+                  options: list[str]) -> dict:
+    """Train with bc.py; samples/s and sync efficiency over its log windows after the first."""
+    launcher = [sys.executable]
+    if ranks > 1:
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
+    command = [*launcher, str(REPO / "train" / "bc.py"), "--data", str(data), "--out", str(out),
+               "--max-steps", str(steps), "--log-interval", str(log_interval), "--checkpoint-interval", str(steps),
+               "--threads", str(threads), "--no-resume", *options]
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
+    if completed.returncode != 0:
+        raise RuntimeError(f"bc.py failed ({' '.join(command)}):\n{completed.stderr[-3000:]}")
+    windows = [record for record in read_records(out / "metrics.jsonl") if "samples_per_s" in record][1:]
+    shutil.rmtree(out)
+    if not windows:
+        raise ValueError(f"--steps {steps} leaves no log window after the first (log interval {log_interval})")
+    busy = [w["data_wait_s"] + w["compute_s"] + w["communication_s"] for w in windows]
+    compute, communication = (sum(w[key] for w in windows) for key in ("compute_s", "communication_s"))
+    return {"samples_per_s": sum(w["samples_per_s"] * b for w, b in zip(windows, busy)) / sum(busy),
+            "sync_efficiency": compute / (compute + communication),
+            "data_wait_s": sum(w["data_wait_s"] for w in windows), "compute_s": compute,
+            "communication_s": communication}
+
+
+def scaling(setups: dict[str, tuple[int, int]], data: Path, work: Path, args, ratios: dict) -> dict:
+    """Every setup once per round, back to back; the best rates and the median within-round ratios."""
+    rounds = [{name: train_figures(data, work / name, ranks, threads, args.steps, args.log_interval, args.bc_options)
+               for name, (ranks, threads) in setups.items()} for _ in range(args.rounds)]
+    best = {name: max(rounds, key=lambda r: r[name]["samples_per_s"])[name] for name in setups}
+    return {
+        "setups": {name: {"ranks": ranks, "threads": threads} for name, (ranks, threads) in setups.items()},
+        "best": {name: {key: round(value, 4) for key, value in figures.items()} for name, figures in best.items()},
+        "rounds": rounds,
+        "ratios": {name: round(statistics.median(ratio(r) for r in rounds), 3) for name, ratio in ratios.items()},
+    }
+
+
+def mlp_scaling(data: Path, work: Path, args) -> dict:
+    """1r1t, 1r2t and 2r1t on CPU (gloo)."""
+    def rate(r: dict, name: str) -> float:
+        return r[name]["samples_per_s"]
+
+    return scaling(CPU_SETUPS, data, work, args, {
+        "weak_scaling_efficiency": lambda r: rate(r, "2r1t") / (2 * rate(r, "1r1t")),
+        "two_ranks_vs_two_threads": lambda r: rate(r, "2r1t") / rate(r, "1r2t"),
+        "two_threads_vs_one": lambda r: rate(r, "1r2t") / rate(r, "1r1t"),
+    })
+
+
+def gpu_scaling(data: Path, work: Path, args) -> dict | None:
+    """1 GPU, and 2 GPUs (nccl) when there are two; None without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    threads = max(1, (os.cpu_count() or 2) // 2)
+    setups = {"1gpu": (1, threads)}
+    ratios = {}
+    if torch.cuda.device_count() >= 2:
+        setups["2gpu"] = (2, threads)
+        ratios["weak_scaling_efficiency"] = lambda r: r["2gpu"]["samples_per_s"] / (2 * r["1gpu"]["samples_per_s"])
+    return scaling(setups, data, work, args, ratios) | {"gpus": torch.cuda.device_count(),
+                                                        "gpu": torch.cuda.get_device_name(0)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--data", type=Path, help="train on this fleet store instead of collecting one")
+    parser.add_argument("--robots", type=int, default=20)
+    parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument("--task", default="pick_place")
+    parser.add_argument("--steps", type=int, default=300, help="optimiser steps per run")
+    parser.add_argument("--log-interval", type=int, default=50, help="steps per measured window")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("bc_options", nargs="*", help="after --: options for every bc.py run")
+    args = parser.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="robofleet-train-bench-"))
+    try:
+        data = args.data
+        if data is None:
+            data = work / "fleet"
+            run_collection(CollectConfig(robots=args.robots, episodes=args.episodes, task=args.task, out=str(data),
+                                         quiet=True))
+        cpu, gpu = mlp_scaling(data, work, args), gpu_scaling(data, work, args)
+    finally:
+        shutil.rmtree(work)
+
+    machine = machine_facts()
+    job = f"{args.task} {args.robots}x{args.episodes}" if args.data is None else Path(args.data).name
+    options = " ".join(args.bc_options) or "defaults"
+    result = {"benchmark": "train_speed", "machine": machine,
+              "job": {key: value for key, value in vars(args).items() if key not in ("results_dir", "tables")}
+              | {"data": str(args.data) if args.data else None},
+              "mlp_scaling": cpu, "gpu_scaling": gpu}
+    header = ["date", "code", "device", "job", "bc.py options", "steps", "1 rank x1 samples/s", "1 rank x2 samples/s",
+              "2 ranks samples/s", "sync eff 2 ranks", "weak scaling", "2 ranks / 1 rank x2"]
+    best, ratios = cpu["best"], cpu["ratios"]
+    rows = [[machine["date"], machine["code_version"], "cpu (gloo)", job, options, args.steps,
+             round(best["1r1t"]["samples_per_s"]), round(best["1r2t"]["samples_per_s"]),
+             round(best["2r1t"]["samples_per_s"]), f"{best['2r1t']['sync_efficiency']:.2f}",
+             f"{ratios['weak_scaling_efficiency']:.2f}", f"{ratios['two_ranks_vs_two_threads']:.2f}"]]
+    if gpu is not None:
+        two = gpu["best"].get("2gpu")
+        rows.append([machine["date"], machine["code_version"], f"{gpu['gpus']}x {gpu['gpu']} (nccl)", job, options,
+                     args.steps, round(gpu["best"]["1gpu"]["samples_per_s"]), "–",
+                     round(two["samples_per_s"]) if two else "–", f"{two['sync_efficiency']:.2f}" if two else "–",
+                     f"{gpu['ratios']['weak_scaling_efficiency']:.2f}" if two else "–", "–"])
+    publish("train_speed", result, header, rows, args)
+    return result
+
+
+if __name__ == "__main__":
+    main()
