@@ -14,7 +14,7 @@ An episode that crashes is a failure with its reason, and the others go on:
   (it then silently resets the state, so the flag is the only trace);
 - the observation or the action is not finite.
 
-If the policy itself raises, every episode of that wave fails with the reason.
+If the policy (or expert) itself raises, every episode of that wave fails with the reason.
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ class RobotJob:
 class PolicyAgent:
     """The trained policy, with the robot's personal weights when the checkpoint has them."""
 
+    name = "policy"
+
     def __init__(self, job: RobotJob, profile: RobotProfile):
         device = job.device if job.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
         policy, _ = load_policy(job.checkpoint, robot_id=profile.robot_id)
@@ -73,6 +75,8 @@ class PolicyAgent:
 
 class ExpertAgent:
     """The task's scripted expert: one instance per env, reset with the episode's seed."""
+
+    name = "expert"
 
     def __init__(self, spec: TaskSpec, profile: RobotProfile, batch: int):
         self.experts = [spec.make_expert(profile) for _ in range(batch)]
@@ -141,7 +145,7 @@ def _run_wave(envs: list, agent, episodes: list[_Episode]) -> None:
         except Exception as error:
             for episode in episodes:
                 if not episode.done:
-                    episode.fail(f"policy raised {_reason(error)}")
+                    episode.fail(f"{agent.name} raised {_reason(error)}")
             return
         for i, episode in enumerate(episodes):
             if not episode.done:

@@ -310,3 +310,18 @@ def test_an_image_policy_gets_the_cameras_and_image_size_it_was_trained_on(camer
     (robot_job,) = make_jobs(config, plan, tmp_path / "videos")
     records = evaluate_robot(robot_job)
     assert len(records) == 2 and all(r["error"] is None and r["steps"] >= 1 for r in records)
+
+
+class ExpertThatGivesUp(ReachExpert):
+    def __call__(self, observation):
+        raise ValueError("no plan for this goal")
+
+
+GIVING_UP = TaskSpec("giving_up", "robofleet/Reach-v0", ExpertThatGivesUp)
+
+
+def test_an_agent_that_raises_fails_the_episodes_of_its_wave_with_the_reason():
+    robot_job = RobotJob("expert", make_robot(0).to_dict(), "test_eval:GIVING_UP", (1, 2, 3), None, (), 96, 2, "cpu")
+    records = evaluate_robot(robot_job)
+    assert [(r["success"], r["steps"], r["error"]) for r in records] == \
+        [(False, 0, "expert raised ValueError: no plan for this goal")] * 3
