@@ -8,11 +8,14 @@ On CPU (gloo) it runs three setups:
 
 - ``1r1t``: 1 rank, 1 thread: one core's worth of training, the weak-scaling unit;
 - ``1r2t``: 1 rank, 2 threads: what one process makes of both cores;
-- ``2r1t``: 2 ranks under torchrun, 1 thread each.
+- ``2r1t``: 2 ranks under torchrun, 1 thread each;
+- ``2p1t``: two independent 1-rank, 1-thread runs at once: what the machine itself gives
+  two processes (shared caches, memory bandwidth, the VM), the limit for 2r1t.
 
     weak-scaling efficiency = samples/s of 2r1t / (2 x samples/s of 1r1t)     (goal >= 0.9)
 
-and ``2r1t / 1r2t`` says whether two ranks use the two cores better than threads do.
+``2r1t / 2p1t`` is what DDP keeps of the machine's own two-process throughput, and
+``2r1t / 1r2t`` says whether two ranks use the two cores better than threads do.
 Each round runs the setups back to back (the VM's speed drifts); ratios are medians of
 within-round ratios, rates the best round. Options after ``--`` go to every bc.py run,
 which is how bucket size, accumulation and threads are tuned:
@@ -44,12 +47,12 @@ from collect import CollectConfig, run_collection
 from train.monitor import read_records
 
 REPO = Path(__file__).resolve().parent.parent
-CPU_SETUPS = {"1r1t": (1, 1), "1r2t": (1, 2), "2r1t": (2, 1)}  # name: (ranks, threads per rank)
+# name: (ranks per run, threads per rank, runs at once)
+CPU_SETUPS = {"1r1t": (1, 1, 1), "1r2t": (1, 2, 1), "2r1t": (2, 1, 1), "2p1t": (1, 1, 2)}
 
 
-def train_figures(data: Path, out: Path, ranks: int, threads: int, steps: int, log_interval: int,
-                  options: list[str]) -> dict:
-    """Train with bc.py; samples/s and sync efficiency over its log windows after the first."""
+def start_training(data: Path, out: Path, ranks: int, threads: int, steps: int, log_interval: int,
+                   options: list[str]) -> subprocess.Popen:
     launcher = [sys.executable]
     if ranks > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
@@ -57,28 +60,40 @@ def train_figures(data: Path, out: Path, ranks: int, threads: int, steps: int, l
                "--max-steps", str(steps), "--log-interval", str(log_interval), "--checkpoint-interval", str(steps),
                "--threads", str(threads), "--no-resume", *options]
     env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
-    if completed.returncode != 0:
-        raise RuntimeError(f"bc.py failed ({' '.join(command)}):\n{completed.stderr[-3000:]}")
-    windows = [record for record in read_records(out / "metrics.jsonl") if "samples_per_s" in record][1:]
-    shutil.rmtree(out)
-    if not windows:
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+
+
+def train_figures(data: Path, work: Path, ranks: int, threads: int, runs: int, steps: int, log_interval: int,
+                  options: list[str]) -> dict:
+    """``runs`` bc.py runs at once: samples/s (summed) and sync efficiency over the log windows after the first."""
+    outs = [work / f"run{index}" for index in range(runs)]
+    jobs = [start_training(data, out, ranks, threads, steps, log_interval, options) for out in outs]
+    for job in jobs:
+        stderr = job.communicate()[1]
+        if job.returncode != 0:
+            raise RuntimeError(f"bc.py failed ({' '.join(job.args)}):\n{stderr[-3000:]}")
+    windows = [[record for record in read_records(out / "metrics.jsonl") if "samples_per_s" in record][1:]
+               for out in outs]
+    shutil.rmtree(work)
+    if not all(windows):
         raise ValueError(f"--steps {steps} leaves no log window after the first (log interval {log_interval})")
-    busy = [w["data_wait_s"] + w["compute_s"] + w["communication_s"] for w in windows]
-    compute, communication = (sum(w[key] for w in windows) for key in ("compute_s", "communication_s"))
-    return {"samples_per_s": sum(w["samples_per_s"] * b for w, b in zip(windows, busy)) / sum(busy),
-            "sync_efficiency": compute / (compute + communication),
-            "data_wait_s": sum(w["data_wait_s"] for w in windows), "compute_s": compute,
-            "communication_s": communication}
+    rate = 0.0
+    for run in windows:
+        busy = [w["data_wait_s"] + w["compute_s"] + w["communication_s"] for w in run]
+        rate += sum(w["samples_per_s"] * b for w, b in zip(run, busy)) / sum(busy)
+    compute, communication, data_wait = (sum(w[key] for run in windows for w in run)
+                                         for key in ("compute_s", "communication_s", "data_wait_s"))
+    return {"samples_per_s": rate, "sync_efficiency": compute / (compute + communication),
+            "data_wait_s": data_wait, "compute_s": compute, "communication_s": communication}
 
 
-def scaling(setups: dict[str, tuple[int, int]], data: Path, work: Path, args, ratios: dict) -> dict:
+def scaling(setups: dict[str, tuple[int, int, int]], data: Path, work: Path, args, ratios: dict) -> dict:
     """Every setup once per round, back to back; the best rates and the median within-round ratios."""
-    rounds = [{name: train_figures(data, work / name, ranks, threads, args.steps, args.log_interval, args.bc_options)
-               for name, (ranks, threads) in setups.items()} for _ in range(args.rounds)]
+    rounds = [{name: train_figures(data, work / name, *setup, args.steps, args.log_interval, args.bc_options)
+               for name, setup in setups.items()} for _ in range(args.rounds)]
     best = {name: max(rounds, key=lambda r: r[name]["samples_per_s"])[name] for name in setups}
     return {
-        "setups": {name: {"ranks": ranks, "threads": threads} for name, (ranks, threads) in setups.items()},
+        "setups": {name: dict(zip(("ranks", "threads", "runs"), setup)) for name, setup in setups.items()},
         "best": {name: {key: round(value, 4) for key, value in figures.items()} for name, figures in best.items()},
         "rounds": rounds,
         "ratios": {name: round(statistics.median(ratio(r) for r in rounds), 3) for name, ratio in ratios.items()},
@@ -86,12 +101,14 @@ def scaling(setups: dict[str, tuple[int, int]], data: Path, work: Path, args, ra
 
 
 def mlp_scaling(data: Path, work: Path, args) -> dict:
-    """1r1t, 1r2t and 2r1t on CPU (gloo)."""
+    """1r1t, 1r2t, 2r1t and 2p1t on CPU (gloo)."""
     def rate(r: dict, name: str) -> float:
         return r[name]["samples_per_s"]
 
     return scaling(CPU_SETUPS, data, work, args, {
         "weak_scaling_efficiency": lambda r: rate(r, "2r1t") / (2 * rate(r, "1r1t")),
+        "two_ranks_vs_two_processes": lambda r: rate(r, "2r1t") / rate(r, "2p1t"),
+        "machine_two_processes": lambda r: rate(r, "2p1t") / (2 * rate(r, "1r1t")),
         "two_ranks_vs_two_threads": lambda r: rate(r, "2r1t") / rate(r, "1r2t"),
         "two_threads_vs_one": lambda r: rate(r, "1r2t") / rate(r, "1r1t"),
     })
@@ -102,10 +119,10 @@ def gpu_scaling(data: Path, work: Path, args) -> dict | None:
     if not torch.cuda.is_available():
         return None
     threads = max(1, (os.cpu_count() or 2) // 2)
-    setups = {"1gpu": (1, threads)}
+    setups = {"1gpu": (1, threads, 1)}
     ratios = {}
     if torch.cuda.device_count() >= 2:
-        setups["2gpu"] = (2, threads)
+        setups["2gpu"] = (2, threads, 1)
         ratios["weak_scaling_efficiency"] = lambda r: r["2gpu"]["samples_per_s"] / (2 * r["1gpu"]["samples_per_s"])
     return scaling(setups, data, work, args, ratios) | {"gpus": torch.cuda.device_count(),
                                                         "gpu": torch.cuda.get_device_name(0)}
@@ -142,18 +159,21 @@ def main(argv: list[str] | None = None) -> dict:
               | {"data": str(args.data) if args.data else None},
               "mlp_scaling": cpu, "gpu_scaling": gpu}
     header = ["date", "code", "device", "job", "bc.py options", "steps", "1 rank x1 samples/s", "1 rank x2 samples/s",
-              "2 ranks samples/s", "sync eff 2 ranks", "weak scaling", "2 ranks / 1 rank x2"]
+              "2 ranks samples/s", "2 procs samples/s", "sync eff 2 ranks", "weak scaling", "machine 2 procs",
+              "2 ranks / 2 procs", "2 ranks / 1 rank x2"]
     best, ratios = cpu["best"], cpu["ratios"]
     rows = [[machine["date"], machine["code_version"], "cpu (gloo)", job, options, args.steps,
              round(best["1r1t"]["samples_per_s"]), round(best["1r2t"]["samples_per_s"]),
-             round(best["2r1t"]["samples_per_s"]), f"{best['2r1t']['sync_efficiency']:.2f}",
-             f"{ratios['weak_scaling_efficiency']:.2f}", f"{ratios['two_ranks_vs_two_threads']:.2f}"]]
+             round(best["2r1t"]["samples_per_s"]), round(best["2p1t"]["samples_per_s"]),
+             f"{best['2r1t']['sync_efficiency']:.2f}", f"{ratios['weak_scaling_efficiency']:.2f}",
+             f"{ratios['machine_two_processes']:.2f}", f"{ratios['two_ranks_vs_two_processes']:.2f}",
+             f"{ratios['two_ranks_vs_two_threads']:.2f}"]]
     if gpu is not None:
         two = gpu["best"].get("2gpu")
+        two_gpus = ([round(two["samples_per_s"]), "–", f"{two['sync_efficiency']:.2f}",
+                     f"{gpu['ratios']['weak_scaling_efficiency']:.2f}"] if two else ["–"] * 4)
         rows.append([machine["date"], machine["code_version"], f"{gpu['gpus']}x {gpu['gpu']} (nccl)", job, options,
-                     args.steps, round(gpu["best"]["1gpu"]["samples_per_s"]), "–",
-                     round(two["samples_per_s"]) if two else "–", f"{two['sync_efficiency']:.2f}" if two else "–",
-                     f"{gpu['ratios']['weak_scaling_efficiency']:.2f}" if two else "–", "–"])
+                     args.steps, round(gpu["best"]["1gpu"]["samples_per_s"]), "–", *two_gpus, "–", "–", "–"])
     publish("train_speed", result, header, rows, args)
     return result
 

@@ -11,7 +11,7 @@ def test_train_speed_measures_one_and_two_ranks(pick_place_fleet, tmp_path):
                                "--results-dir", str(tmp_path), "--tables", str(tables),
                                "--", "--batch-size", "32", "--hidden", "32", "32"])
     scaling = result["mlp_scaling"]
-    assert set(scaling["best"]) == {"1r1t", "1r2t", "2r1t"}
+    assert set(scaling["best"]) == {"1r1t", "1r2t", "2r1t", "2p1t"}
     assert all(figures["samples_per_s"] > 0 for figures in scaling["best"].values())
     assert scaling["best"]["1r1t"]["sync_efficiency"] == 1.0
     assert 0 < scaling["best"]["2r1t"]["sync_efficiency"] < 1
