@@ -1,4 +1,9 @@
-"""The training config: a dataclass whose fields are the ``train/bc.py`` options."""
+"""The training configs: dataclasses whose fields are the command-line options.
+
+``PolicyOptions`` are the options that pick and size the policy (``train/policy.py``'s
+``policy_spec`` reads them); ``TrainConfig`` (``train/bc.py``) and ``FederatedConfig``
+(``train/federated_config.py``) both extend it, so the two commands build policies alike.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +11,41 @@ from dataclasses import dataclass, field
 
 from train.comm_hooks import COMM_HOOKS
 
+VISION_BACKBONES = ("small", "resnet18")  # train/vision.py
+LEROBOT_SIZES = ("small", "default")  # train/lerobot_policies.py
+
 
 @dataclass
-class TrainConfig:
-    data: str = field(default="data/fleet", metadata={"help": "fleet store to train on (the OUT of collect)"})
-    out: str = field(default="runs/bc", metadata={"help": "run directory: config, metrics, checkpoints"})
+class PolicyOptions:
     policy: str = field(default="mlp", metadata={"help": "policy kind: mlp, cnn, act or diffusion"})
     n_obs_steps: int | None = field(default=None, metadata={
         "help": "observation frames per window (default: 1 for act, 2 for the others)"})
     horizon: int = field(default=16, metadata={"help": "actions predicted per window (the chunk)"})
     n_action_steps: int = field(default=8, metadata={"help": "actions of a chunk executed before predicting again"})
     hidden: tuple[int, ...] = field(default=(256, 256), metadata={"help": "MLP hidden widths"})
-    # policy-specific options (train/vision.py, train/lerobot_policies.py)
     vision_backbone: str = field(default="small", metadata={"help": "cnn image encoder: small or resnet18"})
     lerobot_config: str = field(default="small", metadata={
         "help": "act/diffusion model sizes: small (CPU-sized) or default (LeRobot's)"})
+
+    def __post_init__(self):
+        if self.n_obs_steps is None:
+            self.n_obs_steps = 1 if self.policy == "act" else 2
+        if self.policy == "act" and self.n_obs_steps != 1:
+            raise ValueError(f"--n-obs-steps must be 1 for act (LeRobot's ACT takes one frame), got {self.n_obs_steps}")
+        for name, allowed in (("vision_backbone", VISION_BACKBONES), ("lerobot_config", LEROBOT_SIZES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}, "
+                                 f"got {getattr(self, name)!r}")
+        for name in ("n_obs_steps", "horizon", "n_action_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        self.hidden = tuple(self.hidden)
+
+
+@dataclass
+class TrainConfig(PolicyOptions):
+    data: str = field(default="data/fleet", metadata={"help": "fleet store to train on (the OUT of collect)"})
+    out: str = field(default="runs/bc", metadata={"help": "run directory: config, metrics, checkpoints"})
     sites: tuple[str, ...] = field(default=(), metadata={"help": "train on these sites only (default: all)"})
     robots: tuple[int, ...] = field(default=(), metadata={"help": "train on these robots only (default: all)"})
     val_fraction: float = field(default=0.1, metadata={"help": "episodes held out for validation"})
@@ -59,15 +84,8 @@ class TrainConfig:
         "help": "online, offline or disabled (default: WANDB_MODE, else online); offline needs no network"})
 
     def __post_init__(self):
-        if self.n_obs_steps is None:
-            self.n_obs_steps = 1 if self.policy == "act" else 2
-        if self.policy == "act" and self.n_obs_steps != 1:
-            raise ValueError(f"--n-obs-steps must be 1 for act (LeRobot's ACT takes one frame), got {self.n_obs_steps}")
-        if self.vision_backbone not in ("small", "resnet18"):
-            raise ValueError(f"--vision-backbone must be small or resnet18, got {self.vision_backbone!r}")
-        if self.lerobot_config not in ("small", "default"):
-            raise ValueError(f"--lerobot-config must be small or default, got {self.lerobot_config!r}")
-        for name in ("n_obs_steps", "horizon", "n_action_steps", "batch_size", "grad_accum", "max_steps", "log_interval",
+        super().__post_init__()
+        for name in ("batch_size", "grad_accum", "max_steps", "log_interval",
                      "val_interval", "checkpoint_interval", "keep_checkpoints", "base_batch", "powersgd_rank"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -88,4 +106,4 @@ class TrainConfig:
             raise ValueError(f"--mode must be memory or streaming, got {self.mode!r}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
-        self.hidden, self.sites, self.robots = tuple(self.hidden), tuple(self.sites), tuple(self.robots)
+        self.sites, self.robots = tuple(self.sites), tuple(self.robots)

@@ -6,12 +6,13 @@ import os
 from dataclasses import dataclass, field
 
 from train.compression import COMPRESSIONS
+from train.config import PolicyOptions
 
 PERSONAL_MODES = ("none", "robot", "site")
 
 
 @dataclass
-class FederatedConfig:
+class FederatedConfig(PolicyOptions):  # the policy options are train/bc.py's
     data: str = field(default="data/fleet", metadata={"help": "fleet store: each robot's shard is one client's data"})
     out: str = field(default="runs/federated", metadata={"help": "run directory: config, metrics, checkpoints"})
     rounds: int = field(default=20, metadata={"help": "communication rounds in total (a resumed run counts on)"})
@@ -19,15 +20,6 @@ class FederatedConfig:
     fraction: float = field(default=1.0, metadata={"help": "share of the robots sampled each round (C)"})
     robots: tuple[int, ...] = field(default=(), metadata={"help": "clients: these robots only (default: all)"})
     sites: tuple[str, ...] = field(default=(), metadata={"help": "clients: robots of these sites only (default: all)"})
-    # the policy: the same options as train/bc.py's (train/policy.py's policy_spec reads them)
-    policy: str = field(default="mlp", metadata={"help": "policy kind: mlp, cnn, act or diffusion"})
-    n_obs_steps: int | None = field(default=None, metadata={
-        "help": "observation frames per window (default: 1 for act, 2 for the others)"})
-    horizon: int = field(default=16, metadata={"help": "actions predicted per window (the chunk)"})
-    n_action_steps: int = field(default=8, metadata={"help": "actions of a chunk executed before predicting again"})
-    hidden: tuple[int, ...] = field(default=(256, 256), metadata={"help": "MLP hidden widths"})
-    vision_backbone: str = field(default="small", metadata={"help": "cnn image encoder: small or resnet18"})
-    lerobot_config: str = field(default="small", metadata={"help": "act/diffusion sizes: small or default"})
     # local training on a client
     batch_size: int = field(default=64, metadata={"help": "windows per local step"})
     lr: float = field(default=1e-3, metadata={"help": "local AdamW learning rate (cosine decay over rounds to 10%)"})
@@ -53,9 +45,8 @@ class FederatedConfig:
     quiet: bool = field(default=False, metadata={"help": "no progress bar and no line per round"})
 
     def __post_init__(self):
-        if self.n_obs_steps is None:
-            self.n_obs_steps = 1 if self.policy == "act" else 2
-        for name in ("rounds", "local_epochs", "n_obs_steps", "horizon", "n_action_steps", "batch_size", "workers",
+        super().__post_init__()
+        for name in ("rounds", "local_epochs", "batch_size", "workers",
                      "round_attempts", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -68,8 +59,7 @@ class FederatedConfig:
         if self.prox_mu < 0 or self.warmup_rounds < 0:
             raise ValueError("--prox-mu and --warmup-rounds must not be negative")
         for name, allowed in (("compression", COMPRESSIONS), ("personal", PERSONAL_MODES),
-                              ("mode", ("memory", "streaming")), ("vision_backbone", ("small", "resnet18")),
-                              ("lerobot_config", ("small", "default"))):
+                              ("mode", ("memory", "streaming"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
-        self.hidden, self.sites, self.robots = tuple(self.hidden), tuple(self.sites), tuple(self.robots)
+        self.sites, self.robots = tuple(self.sites), tuple(self.robots)

@@ -36,7 +36,6 @@ from lerobot.utils.constants import OBS_IMAGES
 
 from train.policy import Policy, PolicySpec, is_image
 
-PRESETS = ("small", "default")
 SMALL = {  # CPU-sized models; "default" keeps LeRobot's sizes
     "act": {"dim_model": 128, "n_heads": 4, "dim_feedforward": 512, "n_encoder_layers": 2, "n_decoder_layers": 1,
             "n_vae_encoder_layers": 2, "latent_dim": 16},

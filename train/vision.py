@@ -22,9 +22,9 @@ import torch
 import torchvision
 from torch import nn
 
+from train.config import VISION_BACKBONES
 from train.policy import MLPPolicy, PolicySpec, is_image, module_key
 
-BACKBONES = ("small", "resnet18")
 EMBED = 64  # features per camera and frame
 
 
@@ -44,7 +44,7 @@ def image_encoder(backbone: str, channels: int) -> nn.Module:
         trunk = nn.Sequential(*list(resnet.children())[:-2])  # without avgpool and fc
         grid, width = 1, 512
     else:
-        raise ValueError(f"--vision-backbone must be one of {BACKBONES}, got {backbone!r}")
+        raise ValueError(f"--vision-backbone must be one of {VISION_BACKBONES}, got {backbone!r}")
     return nn.Sequential(trunk, nn.AdaptiveAvgPool2d(grid), nn.Flatten(), nn.Linear(width * grid * grid, EMBED),
                          nn.ReLU())
 

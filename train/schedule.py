@@ -1,0 +1,19 @@
+"""Learning-rate schedules shared by train/bc.py (per step) and train/federated.py (per round)."""
+
+from __future__ import annotations
+
+import math
+
+
+def learning_rate_factor(step: int, warmup_steps: int, max_steps: int) -> float:
+    """Linear warmup to 1, then cosine decay to 0.1 at ``max_steps``."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, max_steps - warmup_steps))
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def scaled_learning_rate(lr: float, rule: str, effective_batch: int, base_batch: int) -> float:
+    """``lr``, meant for ``base_batch``, scaled to ``effective_batch``: none, linear or sqrt in the ratio."""
+    ratio = effective_batch / base_batch
+    return lr * {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[rule]
