@@ -22,13 +22,14 @@ import numpy as np
 from collect.schema import features_of
 from dataset import FleetStore
 from eval.config import EvalConfig
+from sim.cli import one_line
 from sim.fleet import RobotProfile, episode_seed, make_robot
 from sim.tasks import resolve_task
 from train.checkpoint import latest_checkpoint, load_checkpoint, load_policy
+from train.policy import IMAGE_PREFIX
 
 SEED_STREAM = "evaluate"
 CHECKPOINT_KEYS = ("policy_spec", "model", "stats", "features", "task", "step")
-IMAGE_PREFIX = "observation.images."
 
 
 @dataclass
@@ -57,11 +58,6 @@ class EvalPlan:
                 [p.robot_id for p in self.robots if p.robot_id not in set(self.training_robots)]}
 
 
-def _one_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
-
-
 def _load(path: str) -> tuple[str, dict]:
     """The checkpoint file and its content; refuses missing, unreadable and incomplete ones."""
     given = Path(path)
@@ -71,14 +67,14 @@ def _load(path: str) -> tuple[str, dict]:
     except FileNotFoundError as error:
         raise ValueError(str(error)) from None
     except Exception as error:  # torch.load raises many kinds on a truncated or foreign file
-        raise ValueError(f"cannot read checkpoint {resolved} (truncated or not a checkpoint): {_one_line(error)}") from None
+        raise ValueError(f"cannot read checkpoint {resolved} (truncated or not a checkpoint): {one_line(error)}") from None
     missing = [key for key in CHECKPOINT_KEYS if key not in checkpoint] if isinstance(checkpoint, dict) else ["all"]
     if missing:
         raise ValueError(f"{resolved} is not a RoboFleet checkpoint: it lacks {', '.join(missing)}")
     try:
         load_policy(resolved)
     except Exception as error:  # unknown policy kind, weights that do not fit the spec
-        raise ValueError(f"checkpoint {resolved} does not build its policy: {_one_line(error)}") from None
+        raise ValueError(f"checkpoint {resolved} does not build its policy: {one_line(error)}") from None
     return str(resolved), checkpoint
 
 
@@ -166,7 +162,7 @@ def make_plan(config: EvalConfig) -> EvalPlan:
     try:
         probe = spec.make_env(robots[0], cameras=cameras, image_size=image_size)
     except Exception as error:
-        raise ValueError(f"cannot make the {spec.name} env: {_one_line(error)}") from None
+        raise ValueError(f"cannot make the {spec.name} env: {one_line(error)}") from None
     fps = int(probe.metadata.get("render_fps", 0))
     if checkpoint is not None:
         _check_schema(checkpoint, features_of(probe))

@@ -27,13 +27,13 @@ import numpy as np
 import torch
 
 from eval.video import write_mp4
+from sim.cli import one_line
 from sim.fleet import RobotProfile
 from sim.tasks import TaskSpec, resolve_task
 from train.checkpoint import load_policy
 
 UNSTABLE_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL,
                      mujoco.mjtWarning.mjWARN_BADQACC)
-MAX_REASON = 200
 
 
 @dataclass(frozen=True)
@@ -105,11 +105,6 @@ def _finite(observation: dict) -> bool:
     return all(np.isfinite(value).all() for value in observation.values() if np.issubdtype(value.dtype, np.floating))
 
 
-def _reason(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:MAX_REASON]
-
-
 class _Episode:
     """One episode's running record."""
 
@@ -132,7 +127,7 @@ def _run_wave(envs: list, agent, episodes: list[_Episode]) -> None:
             observations[i], info = envs[i].reset(seed=episode.seed)
             episode.success = bool(info.get("is_success", False))
         except Exception as error:
-            episode.fail(f"env reset raised {_reason(error)}")
+            episode.fail(f"env reset raised {one_line(error)}")
         if episode.frames is not None and not episode.done:
             episode.frames.append(envs[i].render())
     agent.start([episode.seed for episode in episodes])
@@ -145,7 +140,7 @@ def _run_wave(envs: list, agent, episodes: list[_Episode]) -> None:
         except Exception as error:
             for episode in episodes:
                 if not episode.done:
-                    episode.fail(f"{agent.name} raised {_reason(error)}")
+                    episode.fail(f"{agent.name} raised {one_line(error)}")
             return
         for i, episode in enumerate(episodes):
             if not episode.done:
@@ -160,7 +155,7 @@ def _step(env, episode: _Episode, action: np.ndarray) -> dict | None:
     try:
         observation, reward, terminated, truncated, info = env.step(action)
     except Exception as error:
-        episode.fail(f"env step raised {_reason(error)}")
+        episode.fail(f"env step raised {one_line(error)}")
         return None
     unstable = simulator_instability(env)
     if unstable or not _finite(observation):
@@ -169,7 +164,7 @@ def _step(env, episode: _Episode, action: np.ndarray) -> dict | None:
     episode.steps += 1
     episode.sum_reward += float(reward)
     episode.max_reward = max(episode.max_reward, float(reward))
-    episode.success = bool(info["is_success"])
+    episode.success = bool(info.get("is_success", False))
     if episode.frames is not None:
         episode.frames.append(env.render())
     episode.done = bool(terminated or truncated)
@@ -190,20 +185,23 @@ def evaluate_robot(job: RobotJob) -> list[dict]:
     def make_env():
         return spec.make_env(profile, cameras=job.cameras, image_size=job.image_size, **render_mode)
 
-    envs = [make_env() for _ in range(batch)]
-    agent = PolicyAgent(job, profile) if job.agent == "policy" else ExpertAgent(spec, profile, batch)
+    envs = []
     records = []
-    for start in range(0, len(job.seeds), batch):
-        wave = [_Episode(index, job.seeds[index], index in job.videos)
-                for index in range(start, min(start + batch, len(job.seeds)))]
-        _run_wave(envs, agent, wave)
-        for i, episode in enumerate(wave):
-            if episode.error is not None:  # a crashed env may be in any state: replace it
-                envs[i].close()
-                envs[i] = make_env()
-            records.append(_record(job, profile, spec, episode))
-    for env in envs:
-        env.close()
+    try:  # the envs hold MuJoCo (and GL) contexts: closed however the task ends, as workers live on
+        envs.extend(make_env() for _ in range(batch))
+        agent = PolicyAgent(job, profile) if job.agent == "policy" else ExpertAgent(spec, profile, batch)
+        for start in range(0, len(job.seeds), batch):
+            wave = [_Episode(index, job.seeds[index], index in job.videos)
+                    for index in range(start, min(start + batch, len(job.seeds)))]
+            _run_wave(envs, agent, wave)
+            for i, episode in enumerate(wave):
+                if episode.error is not None:  # a crashed env may be in any state: replace it
+                    envs[i].close()
+                    envs[i] = make_env()
+                records.append(_record(job, profile, spec, episode))
+    finally:
+        for env in envs:
+            env.close()
     return records
 
 

@@ -27,7 +27,7 @@ ConfigT = TypeVar("ConfigT")
 
 def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, field_type) -> None:
     option = "--" + field.name.replace("_", "-")
-    help_text = field.metadata.get("help", "")
+    help_text = field.metadata.get("help", "").replace("%", "%%")  # argparse formats help with %
     if field.metadata.get("positional"):
         parser.add_argument(field.name, type=field_type, help=help_text)
         return
@@ -90,6 +90,12 @@ def fail(message: str, code: int = 2) -> typing.NoReturn:
     """Exit with a one-line error, the way every RoboFleet command reports bad input."""
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(code)
+
+
+def one_line(error: BaseException, limit: int = 200) -> str:
+    """An exception as one short line for a message or a record: ``"TypeName: first line of its text"``."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")[:limit]
 
 
 @functools.lru_cache(maxsize=1)

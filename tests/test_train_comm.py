@@ -74,4 +74,5 @@ def test_bf16_hook_names_a_backend_without_bfloat16(monkeypatch):
     monkeypatch.setattr(dist, "all_reduce", refuse)
     monkeypatch.setattr(dist, "get_backend", lambda *args: "nccl")
     assert bf16_all_reduce_error(torch.device("cpu")) == (
-        "--comm-hook bf16 is not supported by this torch build's nccl backend (Unsupported dtype BFloat16); use fp16")
+        "--comm-hook bf16 is not supported by this torch build's nccl backend (RuntimeError: Unsupported dtype BFloat16); "
+        "use fp16")

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
+from sim.cli import one_line
 from train.compression import dequantize_int8, quantize_int8
 
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd", "int8")
@@ -78,9 +79,8 @@ def bf16_all_reduce_error(device: torch.device) -> str | None:
     try:
         dist.all_reduce(torch.zeros(1, dtype=torch.bfloat16, device=device))
     except (RuntimeError, ValueError) as error:
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         return (f"--comm-hook bf16 is not supported by this torch build's {dist.get_backend()} backend "
-                f"({reason}); use fp16")
+                f"({one_line(error)}); use fp16")
     return None
 
 

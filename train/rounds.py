@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from distributed import Client, wait
 
+from sim.cli import one_line
 from train.fedavg import ClientJob, ClientUpdate
 
 log = logging.getLogger(__name__)
@@ -43,11 +44,6 @@ class RoundResult:
     completed: list[ClientUpdate] = field(default_factory=list)  # ascending robot id
     failed: dict[int, str] = field(default_factory=dict)  # robot id -> the error, one line
     late: list[int] = field(default_factory=list)
-
-
-def one_line(error: BaseException) -> str:
-    text = f"{type(error).__name__}: {error}".strip().splitlines()
-    return text[0][:300] if text else type(error).__name__
 
 
 def run_clients(client: Client, train: Callable[[ClientJob, np.ndarray], ClientUpdate], jobs: Sequence[ClientJob],
