@@ -73,9 +73,9 @@ def run_evaluation(config: EvalConfig) -> dict:
         records, eval_s = run_jobs(config, make_jobs(config, plan, directory / "videos"))
         by_agent = {agent: [r for r in records if r["agent"] == agent] for agent in config.agents}
         main = config.agents[0]
-        info = {"agent": main, "task": plan.task_name, **evaluation_tables(by_agent[main], eval_s)}
+        info = {"agent": main, "task": plan.task_name, **evaluation_tables(by_agent[main], eval_s, len(records))}
         if config.compare:
-            info["expert"] = evaluation_tables(by_agent["expert"], eval_s)
+            info["expert"] = evaluation_tables(by_agent["expert"], eval_s, len(records))
             info["compare"] = comparison(info, info["expert"])
         info.update({
             "video_paths": [r["video"] for r in info["per_episode"] if r["video"]],

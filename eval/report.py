@@ -7,6 +7,9 @@ crashed counts as a failure; ``n_errors`` says how many did.
 
 The lerobot-eval keys (``per_episode``, ``aggregated`` with ``avg_sum_reward``,
 ``avg_max_reward``, ``pc_success``, ``eval_s``, ``eval_ep_s``) are kept as they are.
+``eval_s`` is the wall time of the whole run, and ``eval_ep_s`` that time per episode run
+(with ``--compare``, the policy's and the expert's episodes ran together). A figure that
+does not exist (the success rate of no episodes) is ``null``, never NaN, so the JSON is strict.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ def wilson_interval(successes: int, n: int, z: float = Z_95) -> list[float]:
 def summarise(records: list[dict]) -> dict:
     """Success counts, rate and interval of a group of episodes."""
     n, successes = len(records), sum(bool(r["success"]) for r in records)
-    return {"n_episodes": n, "n_success": successes, "pc_success": 100 * successes / n if n else float("nan"),
+    return {"n_episodes": n, "n_success": successes, "pc_success": 100 * successes / n if n else None,
             "ci95": wilson_interval(successes, n), "n_errors": sum(r["error"] is not None for r in records)}
 
 
@@ -45,8 +48,11 @@ def _grouped(records: list[dict], key: str) -> dict:
     return {name: summarise(groups[name]) for name in order}
 
 
-def evaluation_tables(records: list[dict], eval_s: float) -> dict:
-    """``per_episode``, ``per_robot``, ``per_site``, ``per_task``, ``fleet`` and lerobot's ``aggregated``."""
+def evaluation_tables(records: list[dict], eval_s: float, episodes_run: int) -> dict:
+    """``per_episode``, ``per_robot``, ``per_site``, ``per_task``, ``fleet`` and lerobot's ``aggregated``.
+
+    ``eval_s`` is the run's wall time, in which ``episodes_run`` episodes ran (every agent's).
+    """
     records = sorted(records, key=lambda r: (r["robot_id"], r["episode"]))
     per_robot = [{"robot_id": robot_id, "site": members[0]["site"], "task": members[0]["task"], **summarise(members)}
                  for robot_id, members in _by_robot(records).items()]
@@ -60,8 +66,8 @@ def evaluation_tables(records: list[dict], eval_s: float) -> dict:
         "per_task": _grouped(records, "task"),
         "fleet": {"n_robots": len(per_robot), **fleet},
         "aggregated": {"avg_sum_reward": sum(rewards) / len(rewards),
-                       "avg_max_reward": sum(max_rewards) / len(max_rewards) if max_rewards else float("nan"),
-                       "pc_success": fleet["pc_success"], "eval_s": eval_s, "eval_ep_s": eval_s / len(records)},
+                       "avg_max_reward": sum(max_rewards) / len(max_rewards) if max_rewards else None,
+                       "pc_success": fleet["pc_success"], "eval_s": eval_s, "eval_ep_s": eval_s / episodes_run},
     }
 
 
