@@ -4,7 +4,7 @@
 collected fleet and reads bc.py's own RUN/metrics.jsonl: samples/s over the training
 steps and the sync efficiency (compute / (compute + exposed communication), see
 docs/training.md), summed over the log windows after the first (start-up, warm caches).
-On CPU (gloo) it runs three setups:
+On CPU (gloo) it runs four setups:
 
 - ``1r1t``: 1 rank, 1 thread: one core's worth of training, the weak-scaling unit;
 - ``1r2t``: 1 rank, 2 threads: what one process makes of both cores;
@@ -68,10 +68,16 @@ def train_figures(data: Path, work: Path, ranks: int, threads: int, runs: int, s
     """``runs`` bc.py runs at once: samples/s (summed) and sync efficiency over the log windows after the first."""
     outs = [work / f"run{index}" for index in range(runs)]
     jobs = [start_training(data, out, ranks, threads, steps, log_interval, options) for out in outs]
-    for job in jobs:
-        stderr = job.communicate()[1]
-        if job.returncode != 0:
-            raise RuntimeError(f"bc.py failed ({' '.join(job.args)}):\n{stderr[-3000:]}")
+    try:
+        for job in jobs:
+            stderr = job.communicate()[1]
+            if job.returncode != 0:
+                raise RuntimeError(f"bc.py failed ({' '.join(job.args)}):\n{stderr[-3000:]}")
+    finally:  # one run failing ends the others
+        for job in jobs:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
     windows = [[record for record in read_records(out / "metrics.jsonl") if "samples_per_s" in record][1:]
                for out in outs]
     shutil.rmtree(work)

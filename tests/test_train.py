@@ -28,6 +28,16 @@ def test_one_process_learns_checkpoints_and_resumes_where_it_stopped(pick_place_
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*.pt")) == \
         ["step_00000040.pt", "step_00000050.pt", "step_00000060.pt"]  # the newest 3 are kept
 
+    records = metrics(run)
+    again = train("--data", pick_place_fleet, "--out", run, "--max-steps", "60")  # already there: nothing to do
+    assert again.returncode == 0 and "nothing to do" in again.stdout and metrics(run) == records
+
+    afresh = train("--data", pick_place_fleet, "--out", run, "--max-steps", "20", "--no-resume")
+    assert afresh.returncode == 0 and load_checkpoint(latest_checkpoint(run))["step"] == 20
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*.pt")) == \
+        ["step_00000010.pt", "step_00000020.pt"]  # the abandoned run's later steps are gone
+    assert [r["step"] for r in metrics(run)][-1] == 20
+
 
 def test_a_checkpoint_is_all_evaluation_needs(pick_place_fleet, tmp_path):
     run = tmp_path / "run"
@@ -60,6 +70,7 @@ def test_two_torchrun_ranks_end_with_identical_weights(pick_place_fleet, tmp_pat
     (["--batch-size", "0"], "--batch-size must be at least 1"),
     (["--comm-hook", "zip"], "--comm-hook must be one of none, fp16, bf16, powersgd, int8"),
     (["--amp", "fp16"], "--amp fp16 needs a GPU"),  # this machine has none
+    (["--batch-size", "100000"], "is larger than this rank's"),
 ])
 def test_bad_input_is_one_line_and_nonzero(pick_place_fleet, tmp_path, arguments, message):
     completed = train("--data", pick_place_fleet, "--out", tmp_path / "run", *arguments)
@@ -103,7 +114,7 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_checkpoint(pick_plac
 
 
 def test_the_learning_rate_scales_with_the_effective_batch():
-    from train.bc import scaled_learning_rate
+    from train.schedule import scaled_learning_rate
 
     assert scaled_learning_rate(1e-3, "none", 1024, 256) == 1e-3
     assert scaled_learning_rate(1e-3, "linear", 1024, 256) == pytest.approx(4e-3)
@@ -139,3 +150,11 @@ def test_ema_weights_are_what_evaluation_loads_and_a_resume_restores_both(pick_p
     for key, value in policy.state_dict().items():
         assert torch.equal(value, after["model"][key]), key
     assert not all(torch.equal(after["model"][k], trained_after[k]) for k in trained_after)
+
+
+@pytest.mark.parametrize("command", ["train.bc", "train.federated"])
+def test_help_lists_the_options(command, capsys):
+    module = __import__(command, fromlist=["main"])
+    with pytest.raises(SystemExit) as exit_info:
+        module.main(["--help"])
+    assert exit_info.value.code == 0 and "--policy" in capsys.readouterr().out

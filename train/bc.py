@@ -37,21 +37,8 @@ from train.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_sta
 from train.comm_hooks import register_comm_hook
 from train.config import TrainConfig
 from train.monitor import Monitor, StepTimer, sync_efficiency
+from train.schedule import learning_rate_factor, scaled_learning_rate
 from train.policy import make_policy, policy_spec
-
-
-def learning_rate_factor(step: int, warmup_steps: int, max_steps: int) -> float:
-    """Linear warmup to 1, then cosine decay to 0.1 at ``max_steps``."""
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    progress = min(1.0, (step - warmup_steps) / max(1, max_steps - warmup_steps))
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-def scaled_learning_rate(lr: float, rule: str, effective_batch: int, base_batch: int) -> float:
-    """``lr``, meant for ``base_batch``, scaled to ``effective_batch``: none, linear or sqrt in the ratio."""
-    ratio = effective_batch / base_batch
-    return lr * {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[rule]
 
 
 def mean_over_ranks(values: dict[str, float], device: torch.device) -> dict[str, float]:
@@ -115,12 +102,15 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as error:
         fail(str(error))
     window = WindowSpec.of(spec.n_obs_steps, spec.horizon, [*spec.features, "action"], spec.action_start)
-    train_loader = make_dataloader(FleetWindowDataset(store, train_episodes, window, mode=config.mode),
-                                   batch_size=config.batch_size, seed=config.seed)
-    val_loader = None
-    if val_episodes:
-        val_loader = make_dataloader(FleetWindowDataset(store, val_episodes, window, mode=config.mode),
-                                     batch_size=config.batch_size, shuffle=False, drop_last=False)
+    try:  # too few windows for the batch size or the ranks is a one-line error
+        train_loader = make_dataloader(FleetWindowDataset(store, train_episodes, window, mode=config.mode),
+                                       batch_size=config.batch_size, seed=config.seed)
+        val_loader = None
+        if val_episodes:
+            val_loader = make_dataloader(FleetWindowDataset(store, val_episodes, window, mode=config.mode),
+                                         batch_size=config.batch_size, shuffle=False, drop_last=False)
+    except ValueError as error:
+        fail(str(error))
 
     # ----- model -----------------------------------------------------------------------------------------
     torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
@@ -207,6 +197,8 @@ def main(argv: list[str] | None = None) -> None:
     timer = StepTimer(policy, device)
 
     # ----- the loop ------------------------------------------------------------------------------------
+    first_step = step
+    window_loss, window_steps = 0.0, 0  # the logged loss is the mean over the log window
     batches = iter(train_loader)
     while step < config.max_steps:
         optimizer.zero_grad(set_to_none=True)
@@ -246,10 +238,12 @@ def main(argv: list[str] | None = None) -> None:
             ema.update_parameters(policy)
         step += 1
         timer.step_done(samples=effective_batch)
+        window_loss, window_steps = window_loss + step_loss, window_steps + 1
 
         record = {}
         if step % config.log_interval == 0 or step == config.max_steps:
-            window = mean_over_ranks({"loss": step_loss, **timer.window()}, device)
+            window = mean_over_ranks({"loss": window_loss / window_steps, **timer.window()}, device)
+            window_loss, window_steps = 0.0, 0
             busy = window["data_wait_s"] + window["compute_s"] + window["communication_s"]
             record = {"step": step, "epoch": train_loader.epoch - 1, "loss": window["loss"],
                       "lr": scheduler.get_last_lr()[0], "samples_per_s": window["samples"] / busy,
@@ -265,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
             save(step)
 
     # ----- the end -------------------------------------------------------------------------------------
-    if ddp:  # a cheap guard: every rank must hold the same weights (and the same average of them)
+    if ddp and step > first_step:  # a cheap guard: every rank must hold the same weights (and the same average)
         weights = [*policy.parameters(), *(ema.parameters() if ema is not None else [])]
         digest = torch.stack([p.detach().double().sum() for p in weights]).sum().reshape(1)
         digests = [torch.zeros_like(digest) for _ in range(world_size)]
@@ -273,10 +267,12 @@ def main(argv: list[str] | None = None) -> None:
         in_sync = all(torch.equal(d, digests[0]) for d in digests)
         if master:
             monitor.log({"step": step, "ranks_in_sync": in_sync, "world_size": world_size})
+    if ddp:
         dist.destroy_process_group()
     if master:
         monitor.close()
-        print(f"done: {run / 'checkpoints' / 'last'}")
+        print(f"done: {run / 'checkpoints' / 'last'}" if step > first_step
+              else f"nothing to do: {run} is trained to step {step} (--max-steps {config.max_steps})")
 
 
 if __name__ == "__main__":

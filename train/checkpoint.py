@@ -6,7 +6,8 @@
 
 Files are written to a temporary name and renamed into place (``os.replace``), and
 ``last`` moves only after the new file is complete, so a crash at any moment leaves
-the previous checkpoint intact. Only the newest ``keep`` are kept.
+the previous checkpoint intact. Only the newest ``keep`` are kept; a run started afresh
+(``--no-resume``) in an old run's directory replaces the old run's checkpoints as it goes.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ def save_checkpoint(run: Path, content: dict, step: int, keep: int = 3) -> Path:
     link.unlink(missing_ok=True)
     link.symlink_to(path.name)
     os.replace(link, directory / LAST)
+    for other in directory.glob("step_*.pt"):
+        if other.name > path.name:  # a later step: from a history this run abandoned (--no-resume)
+            other.unlink()
     for old in sorted(directory.glob("step_*.pt"))[:-keep]:
         old.unlink()
     return path

@@ -42,14 +42,15 @@ from dataset import FleetStore
 from dataset.episodes import select_episodes
 from dataset.stats import fleet_stats
 from sim.cli import code_version, fail, parse_config
-from train.bc import learning_rate_factor
 from train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint
 from train.compression import decode_update, payload_bytes
 from train.fedavg import (ClientJob, ClientUpdate, State, average_states, flatten, shared_keys, train_client,
                           unflatten, weighted_average)
 from train.federated_config import FederatedConfig
+from train.monitor import keep_records
 from train.policy import PolicySpec, make_policy, policy_spec
 from train.rounds import RoundResult, run_clients, sample_clients
+from train.schedule import learning_rate_factor
 
 
 def state_bytes(state: State | None) -> int:
@@ -194,13 +195,6 @@ def play_round(client, train: Callable[[ClientJob, np.ndarray], ClientUpdate], s
          code=3)
 
 
-def keep_metrics_up_to(path: Path, last_round: int) -> None:
-    """Drop the records of rounds after ``last_round`` (written before a crash, not checkpointed)."""
-    if path.exists():
-        lines = [line for line in path.read_text().splitlines() if json.loads(line).get("round", 0) <= last_round]
-        path.write_text("".join(line + "\n" for line in lines))
-
-
 def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarray], ClientUpdate] = train_client
                   ) -> Path:
     """Run (or resume) federated training as ``config`` says; returns the last checkpoint.
@@ -228,7 +222,8 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
     run.mkdir(parents=True, exist_ok=True)
     write_json_atomic(run / "config.json", {"config": asdict(config), "policy_spec": server.spec.to_dict(),
                                              "robots": robots, "code_version": code_version()})
-    keep_metrics_up_to(run / "metrics.jsonl", server.round)
+    # rounds after the last checkpoint (logged just before a crash) are trained again
+    keep_records(run / "metrics.jsonl", lambda record: record.get("round", 0) <= server.round)
     clients_per_round = max(1, round(config.fraction * len(robots)))
     if not config.quiet:
         print(f"federated {config.policy} on {len(robots)} robots ({len(episodes)} episodes): {clients_per_round} "

@@ -119,6 +119,18 @@ def read_records(path: Path) -> list[dict]:
     return records
 
 
+def keep_records(path: Path, keep) -> None:
+    """Rewrite a metrics.jsonl (atomically) with only the records for which ``keep(record)`` is true.
+
+    A resumed run uses it to drop the records written after its checkpoint: those steps or
+    rounds are trained again, so the file describes the history that led to each checkpoint.
+    """
+    kept = [json.dumps(record) + "\n" for record in read_records(path) if keep(record)]
+    temporary = path.with_suffix(".jsonl.tmp")
+    temporary.write_text("".join(kept))
+    os.replace(temporary, path)
+
+
 def progress_line(record: dict) -> str:
     return " ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items())
 
@@ -134,10 +146,7 @@ class Monitor:
     def __init__(self, run: Path, config, start_step: int):
         self.run = Path(run)
         self.metrics_path = self.run / "metrics.jsonl"
-        kept = [json.dumps(r) + "\n" for r in read_records(self.metrics_path) if r.get("step", 0) <= start_step]
-        temporary = self.metrics_path.with_suffix(".jsonl.tmp")
-        temporary.write_text("".join(kept))
-        os.replace(temporary, self.metrics_path)
+        keep_records(self.metrics_path, lambda record: record.get("step", 0) <= start_step)
         self.metrics = open(self.metrics_path, "a")
         self.tensorboard = SummaryWriter(str(self.run / "tensorboard"), purge_step=start_step + 1)
         self.wandb = None
