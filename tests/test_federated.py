@@ -52,6 +52,30 @@ def test_fedavg_of_identical_clients_is_that_client(pick_place_fleet, tmp_path):
     assert torch.equal(server.weights, expected)
 
 
+def test_server_momentum_steps_along_the_running_sum_of_mean_deltas(pick_place_fleet, tmp_path):
+    server = server_for(configure(pick_place_fleet, tmp_path / "run", "--server-momentum", "0.5",
+                                  "--server-lr", "0.1"))
+    start = server.weights.clone()
+    deltas = torch.randn(2, start.numel(), generator=torch.Generator().manual_seed(0))
+    for delta in deltas:
+        server.apply([ClientUpdate(0, 1, 0.0, 1, {"method": "none", "values": delta.numpy()}, None, None, 0.0)])
+    # velocity 1 = d1, velocity 2 = 0.5 d1 + d2; the weights moved by 0.1 x (d1 + 0.5 d1 + d2)
+    torch.testing.assert_close(server.weights, start + 0.1 * (1.5 * deltas[0] + deltas[1]))
+    restored = server_for(server.config)
+    restored.restore(server.checkpoint())
+    assert torch.equal(restored.velocity[None], server.velocity[None])
+
+
+def test_heads_take_the_server_step_too(pick_place_fleet, tmp_path):
+    server = server_for(configure(pick_place_fleet, tmp_path / "run", "--personal", "site", "--server-lr", "0.5"))
+    key = server.head_keys[0]
+    start = server.head_of(0)[key].clone()
+    trained = {name: torch.full_like(server.template[name], 2.0) for name in server.head_keys}
+    zero_delta = {"method": "none", "values": torch.zeros_like(server.weights).numpy()}
+    server.apply([ClientUpdate(0, 1, 0.0, 1, zero_delta, trained, None, 0.0)])
+    torch.testing.assert_close(server.head_of(0)[key], start + 0.5 * (2.0 - start))  # half way to what it trained
+
+
 def test_site_heads_are_the_sample_weighted_mean_of_the_site_and_robots_keep_their_site_head(pick_place_fleet,
                                                                                             tmp_path):
     server = server_for(configure(pick_place_fleet, tmp_path / "run", "--personal", "site"))
@@ -134,6 +158,8 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_does(pick_plac
         assert ours.keys() == reference_state.keys() and ours
     assert all(torch.equal(mine["federated"]["residuals"][r], theirs["federated"]["residuals"][r])
                for r in theirs["federated"]["residuals"])
+    assert all(torch.equal(mine["federated"]["heads"][r][key], value)
+               for r, head in theirs["federated"]["heads"].items() for key, value in head.items())
     assert mine["federated"]["bytes_up"] == theirs["federated"]["bytes_up"]
 
 

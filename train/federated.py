@@ -7,8 +7,8 @@
 Each round samples a fraction of the robots (seeded). Every sampled robot is one dask
 task that trains the current global policy on that robot's episodes only and sends
 back its delta, compressed on request (``--compression int8|topk``); the server
-averages the deltas weighted by sample count (FedAvg) and steps by ``--server-lr``
-(see train/fedavg.py). With ``--personal robot|site`` the policy's head stays with the
+averages the deltas weighted by sample count (FedAvg) and steps by ``--server-lr``,
+with ``--server-momentum`` along a momentum of those averages (FedAvgM; see train/fedavg.py). With ``--personal robot|site`` the policy's head stays with the
 robot (or is shared within its site) and only the rest is averaged across the fleet.
 
 A round waits ``--deadline`` seconds for its clients; failed and late ones are left out
@@ -78,6 +78,7 @@ class Server:
         self.weights = flatten(self.template, self.keys)
         self.heads: dict[int | str, State] = {}
         self.residuals: dict[int, torch.Tensor] = {}
+        self.velocity: dict[int | str | None, torch.Tensor] = {}  # --server-momentum: None (shared) or a group
         self.round, self.bytes_up, self.bytes_down = 0, 0, 0
 
     def group_of(self, robot: int) -> int | str:
@@ -89,8 +90,15 @@ class Server:
             return {key: self.template[key] for key in self.head_keys}
         return average_states([self.heads[group] for group in sorted(self.heads)], [1.0] * len(self.heads))
 
+    def head_of(self, robot: int) -> State | None:
+        """The head ``robot`` trains from: its own (or its site's), else the fallback; None without personal heads."""
+        if not self.head_keys:
+            return None
+        group = self.group_of(robot)
+        return self.heads[group] if group in self.heads else self.fallback_head()
+
     def job(self, robot: int, round_index: int) -> ClientJob:
-        head = self.heads.get(self.group_of(robot), self.fallback_head()) if self.head_keys else None
+        head = self.head_of(robot)
         lr_factor = learning_rate_factor(round_index - 1, self.config.warmup_rounds, self.config.rounds)
         return ClientJob(robot, round_index, self.config, self.spec.to_dict(), self.stats, self.keys, head,
                          self.residuals.get(robot), lr_factor)
@@ -108,10 +116,27 @@ class Server:
                     for u in result.completed)
         return {"bytes_up": up, "bytes_down": down, "state_bytes": local}
 
+    def server_step(self, group: int | str | None, mean: torch.Tensor, mean_delta: torch.Tensor) -> torch.Tensor:
+        """Where the server puts weights its clients moved by ``mean_delta`` on average, to ``mean``.
+
+        ``start + server_lr x step``, where the step is ``mean_delta`` or, with ``--server-momentum m``
+        (FedAvgM), ``velocity = m x velocity + mean_delta`` (one velocity per ``group``: None for the
+        shared weights, a robot or site for its head). Written as ``mean + (server_lr x step - mean_delta)``
+        so that plain FedAvg (server lr 1, no momentum) lands exactly on the clients' mean.
+        """
+        step = mean_delta
+        if self.config.server_momentum > 0:
+            step = self.config.server_momentum * self.velocity.get(group, torch.zeros_like(mean_delta)) + mean_delta
+            self.velocity[group] = step
+        return mean + (self.config.server_lr * step - mean_delta)
+
     def apply(self, updates: list[ClientUpdate]) -> None:
-        """FedAvg: step the shared weights by ``server_lr`` x the sample-weighted mean delta; keep heads and residuals."""
+        """FedAvg: the sample-weighted mean delta, through ``server_step``; keep heads and residuals.
+
+        Heads take the same server step, towards the mean of the heads their robot (or site) trained.
+        """
         deltas = [decode_update(u.payload, self.weights) for u in updates]
-        self.weights = self.weights + self.config.server_lr * weighted_average(deltas, [u.samples for u in updates])
+        mean_delta = weighted_average(deltas, [u.samples for u in updates])
         for update in updates:
             if update.residual is not None:
                 self.residuals[update.robot_id] = update.residual
@@ -119,8 +144,13 @@ class Server:
         for update in updates:
             if update.head is not None:
                 groups.setdefault(self.group_of(update.robot_id), []).append(update)
-        for group, members in groups.items():  # one robot's own head, or the sample-weighted mean of a site's
-            self.heads[group] = average_states([m.head for m in members], [m.samples for m in members])
+        started_from = {group: self.head_of(members[0].robot_id) for group, members in groups.items()}
+        for group, members in groups.items():  # one robot's own head, or a site's
+            start = flatten(started_from[group], self.head_keys)
+            mean = flatten(average_states([m.head for m in members], [m.samples for m in members]), self.head_keys)
+            self.heads[group] = unflatten(self.server_step(group, mean, mean - start), self.head_keys,
+                                          started_from[group])
+        self.weights = self.server_step(None, self.weights + mean_delta, mean_delta)
 
     def model_state(self) -> State:
         state = dict(self.template)
@@ -137,7 +167,7 @@ class Server:
             "task": (self.store.manifest or {}).get("task"), "data": str(self.store.path),
             "code_version": code_version(),
             "federated": {"round": self.round, "personal": self.config.personal, "shared_keys": self.keys,
-                          "heads": self.heads, "residuals": self.residuals,
+                          "heads": self.heads, "residuals": self.residuals, "velocity": self.velocity,
                           "bytes_up": self.bytes_up, "bytes_down": self.bytes_down},
         }
         if self.head_keys:
@@ -152,7 +182,7 @@ class Server:
             fail(f"{self.config.out} holds a different run (not federated, or another policy or --personal); "
                  "use another --out or --no-resume")
         self.weights = flatten(checkpoint["model"], self.keys)
-        self.heads, self.residuals = state["heads"], state["residuals"]
+        self.heads, self.residuals, self.velocity = state["heads"], state["residuals"], state["velocity"]
         self.round, self.bytes_up, self.bytes_down = state["round"], state["bytes_up"], state["bytes_down"]
 
 

@@ -30,6 +30,8 @@ class FederatedConfig(PolicyOptions):  # the policy options are train/bc.py's
     mode: str = field(default="memory", metadata={"help": "client dataset mode: memory or streaming"})
     # the server
     server_lr: float = field(default=1.0, metadata={"help": "step size on the averaged delta (1: plain FedAvg)"})
+    server_momentum: float = field(default=0.0, metadata={
+        "help": "FedAvgM: the server steps along a momentum of the averaged deltas (0: none)"})
     compression: str = field(default="none", metadata={"help": "client deltas on the wire: none, int8 or topk"})
     topk_fraction: float = field(default=0.01, metadata={"help": "with --compression topk: share of entries sent"})
     personal: str = field(default="none", metadata={"help": "keep heads local: none, robot or site"})
@@ -56,6 +58,8 @@ class FederatedConfig(PolicyOptions):  # the policy options are train/bc.py's
         for name in ("lr", "server_lr", "deadline"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if not 0.0 <= self.server_momentum < 1.0:
+            raise ValueError(f"--server-momentum must be in [0, 1), got {self.server_momentum}")
         if self.prox_mu < 0 or self.warmup_rounds < 0:
             raise ValueError("--prox-mu and --warmup-rounds must not be negative")
         for name, allowed in (("compression", COMPRESSIONS), ("personal", PERSONAL_MODES),
