@@ -33,7 +33,7 @@ import sim  # first: it selects headless rendering before mujoco loads
 import gymnasium as gym
 import numpy as np
 
-from benchmarks.common import benchmark_parser, machine_facts, publish
+from benchmarks.common import benchmark_parser, machine_facts, median_ratio, publish
 from collect import CollectConfig, run_collection
 from collect.schema import features_of
 from collect.shard import EpisodeRecord, ShardWriter, store_name
@@ -158,17 +158,13 @@ def main(argv: list[str] | None = None) -> dict:
             startup.append(measured["startup_s"])
         rounds.append(rates)
 
-    def median_ratio(numerator: str, denominator: str, scale: float = 1.0) -> float:
-        """Ratios are taken within a round (setups run back to back), then the median over rounds."""
-        return float(np.median([r[numerator] / (scale * r[denominator]) for r in rounds]))
-
     ratios = {
-        "collect_1w_vs_limit": median_ratio("collect_1w", "limit"),
-        "collect_2w_per_worker_vs_limit": median_ratio("collect_2w", "limit", 2.0),
-        "collect_2w_vs_limit_2proc": median_ratio("collect_2w", "limit_2proc"),
-        "scaling_1w_to_2w": median_ratio("collect_2w", "collect_1w"),
-        "machine_scaling_1proc_to_2proc": median_ratio("limit_2proc", "limit"),
-        "collect_2w_vs_vector_2env": median_ratio("collect_2w", "vector_2env"),
+        "collect_1w_vs_limit": median_ratio(rounds, "collect_1w", "limit"),
+        "collect_2w_per_worker_vs_limit": median_ratio(rounds, "collect_2w", "limit", 2.0),
+        "collect_2w_vs_limit_2proc": median_ratio(rounds, "collect_2w", "limit_2proc"),
+        "scaling_1w_to_2w": median_ratio(rounds, "collect_2w", "collect_1w"),
+        "machine_scaling_1proc_to_2proc": median_ratio(rounds, "limit_2proc", "limit"),
+        "collect_2w_vs_vector_2env": median_ratio(rounds, "collect_2w", "vector_2env"),
     }
     best = {name: max(r[name] for r in rounds) for name in rounds[0]}
     machine = machine_facts()

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,6 +48,14 @@ def rate(step: Callable[[], object], seconds: float, warmup: int = 20) -> float:
         elapsed = time.perf_counter() - start
         if elapsed >= seconds:
             return calls / elapsed
+
+
+def median_ratio(rounds: list[dict[str, float]], numerator: str, denominator: str, scale: float = 1.0) -> float:
+    """``numerator / (scale x denominator)`` within each round (setups run back to back), then the median.
+
+    A shared VM's speed drifts between minutes, so a ratio is only fair within one round.
+    """
+    return statistics.median(r[numerator] / (scale * r[denominator]) for r in rounds)
 
 
 def write_results(name: str, result: dict, results_dir: Path = RESULTS) -> Path:

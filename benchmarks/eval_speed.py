@@ -33,7 +33,7 @@ import sim  # noqa: F401  (first: it selects headless rendering before mujoco lo
 import numpy as np
 import torch
 
-from benchmarks.common import benchmark_parser, machine_facts, publish
+from benchmarks.common import benchmark_parser, machine_facts, median_ratio, publish
 from collect import CollectConfig, run_collection
 from eval import EvalConfig, run_evaluation
 from eval.engine import make_jobs
@@ -105,15 +105,11 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         shutil.rmtree(scratch)
 
-    def median_ratio(numerator: str, denominator: str) -> float:
-        """Ratios are taken within a round (setups run back to back), then the median over rounds."""
-        return float(np.median([r[numerator] / r[denominator] for r in rounds]))
-
     ratios = {
-        "eval_1w_vs_loop": median_ratio("eval_1w", "loop"),
-        "eval_2w_vs_loop": median_ratio("eval_2w", "loop"),
-        "scaling_1w_to_2w": median_ratio("eval_2w", "eval_1w"),
-        "loop_vs_loop_batch1": median_ratio("loop", "loop_batch1"),
+        "eval_1w_vs_loop": median_ratio(rounds, "eval_1w", "loop"),
+        "eval_2w_vs_loop": median_ratio(rounds, "eval_2w", "loop"),
+        "scaling_1w_to_2w": median_ratio(rounds, "eval_2w", "eval_1w"),
+        "loop_vs_loop_batch1": median_ratio(rounds, "loop", "loop_batch1"),
     }
     best = {name: max(r[name] for r in rounds) for name in rounds[0]}
     machine = machine_facts()

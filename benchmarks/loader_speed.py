@@ -34,7 +34,7 @@ import sim  # noqa: F401  (first: it selects headless rendering before mujoco lo
 import numpy as np
 import torch
 
-from benchmarks.common import benchmark_parser, machine_facts, publish
+from benchmarks.common import benchmark_parser, machine_facts, median_ratio, publish
 from collect import CollectConfig, run_collection
 from dataset import FleetStore
 from dataset.episodes import select_episodes
@@ -136,11 +136,8 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         shutil.rmtree(work)
 
-    def median_ratio(numerator: str, denominator: str) -> float:
-        return float(np.median([r[numerator] / r[denominator] for r in rounds]))
-
-    ratios = {f"memory_w{w}_vs_numpy_limit": median_ratio(f"memory_w{w}", "numpy_limit") for w in (0, 2)}
-    ratios.update({f"{mode}_w{w}_vs_lerobot_w{w}": median_ratio(f"{mode}_w{w}", f"lerobot_w{w}")
+    ratios = {f"memory_w{w}_vs_numpy_limit": median_ratio(rounds, f"memory_w{w}", "numpy_limit") for w in (0, 2)}
+    ratios.update({f"{mode}_w{w}_vs_lerobot_w{w}": median_ratio(rounds, f"{mode}_w{w}", f"lerobot_w{w}")
                    for mode in ("streaming", "streaming_small_cache") for w in (0, 2)})
     best = {name: max(r[name] for r in rounds) for name in rounds[0]}
     machine = machine_facts()
