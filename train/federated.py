@@ -182,7 +182,8 @@ class Server:
             fail(f"{self.config.out} holds a different run (not federated, or another policy or --personal); "
                  "use another --out or --no-resume")
         self.weights = flatten(checkpoint["model"], self.keys)
-        self.heads, self.residuals, self.velocity = state["heads"], state["residuals"], state["velocity"]
+        self.heads, self.residuals = state["heads"], state["residuals"]
+        self.velocity = state.get("velocity", {})  # absent from runs made before --server-momentum existed
         self.round, self.bytes_up, self.bytes_down = state["round"], state["bytes_up"], state["bytes_down"]
 
 
