@@ -2,13 +2,14 @@
 
 Both train the same ``ACTPolicy`` (lerobot's class, the ``small`` sizes of
 train/lerobot_policies.py, chunk 16, 8 action steps, VAE on) on the same
-data with the same batch size, on CPU, one process each:
+data with the same batch size, one process each, on the machine's device (CUDA where
+there is one, else the CPU):
 
 - ``ours``: ``python train/bc.py --policy act`` on the fleet store (in-memory windows);
 - ``lerobot``: ``lerobot-train --policy.type=act`` on the store exported with
   ``dataset export-lerobot``, offline (``--dataset.root``, no hub, no wandb, no
-  pretrained weights, ``--policy.device=cpu``), with ``--lerobot-workers`` DataLoader
-  workers.
+  pretrained weights, ``--policy.device`` the same as ours), with ``--lerobot-workers``
+  DataLoader workers.
 
 The learning-rate settings are each trainer's own (ours: AdamW with warmup and cosine;
 lerobot's ACT preset: AdamW at 1e-5); they do not change what a step costs.
@@ -35,6 +36,8 @@ import tempfile
 from pathlib import Path
 
 import sim  # noqa: F401  (first: it selects headless rendering before mujoco loads)
+
+import torch
 
 from benchmarks.common import benchmark_parser, machine_facts, publish
 from collect import CollectConfig, run_collection
@@ -70,8 +73,9 @@ def ours_steps_per_s(store: Path, out: Path, steps: int, batch_size: int) -> flo
 def lerobot_steps_per_s(root: Path, out: Path, steps: int, batch_size: int, workers: int) -> float:
     """Steps per second of ``lerobot-train --policy.type=act`` (after its first log window)."""
     sizes = [f"--policy.{name}={value}" for name, value in SMALL["act"].items()]
-    command = [str(Path(sys.executable).parent / "lerobot-train"), "--dataset.repo_id=robofleet/bench",
-               f"--dataset.root={root}", "--policy.type=act", "--policy.push_to_hub=false", "--policy.device=cpu",
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # what bc.py picks
+    command = [sys.executable, "-m", "lerobot.scripts.lerobot_train", "--dataset.repo_id=robofleet/bench",  # lerobot-train
+               f"--dataset.root={root}", "--policy.type=act", "--policy.push_to_hub=false", f"--policy.device={device}",
                "--policy.pretrained_backbone_weights=null", *sizes, f"--policy.chunk_size={HORIZON}",
                f"--policy.n_action_steps={N_ACTION_STEPS}", f"--batch_size={batch_size}", f"--steps={steps}",
                f"--log_freq={LOG_INTERVAL}", f"--num_workers={workers}", "--eval_freq=0", "--save_checkpoint=false",
@@ -127,7 +131,8 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"benchmark": "act_vs_lerobot", "machine": machine,
               "job": vars(args) | {"results_dir": None, "tables": None, "frames": frames}, **figures}
     header = ["date", "code", "data", "batch", "ours steps/s", "lerobot-train steps/s", "ours/lerobot"]
-    row = [machine["date"], machine["code_version"], f"{args.task} {args.robots}x{args.episodes} ({frames} frames)",
+    on_gpu = "" if machine["device"] == "cpu" else f", on {machine['device']}"
+    row = [machine["date"], machine["code_version"], f"{args.task} {args.robots}x{args.episodes} ({frames} frames{on_gpu})",
            args.batch_size, figures["steps_per_s_best"]["ours"], figures["steps_per_s_best"]["lerobot"],
            f"{figures['ours_vs_lerobot']:.2f}"]
     publish("act_vs_lerobot", result, header, [row], args)

@@ -88,10 +88,11 @@ def benchmark_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def publish(name: str, result: dict, header: list[str], rows: list[list], args: argparse.Namespace) -> Path:
-    """Write the JSON result, append the table rows, and print the rows."""
+def publish(name: str, result: dict, header: list[str], rows: list[list], args: argparse.Namespace,
+            table: str | None = None) -> Path:
+    """Write RESULTS/<name>.json, append the rows to table ``table`` (default ``name``), and print the rows."""
     path = write_results(name, result, args.results_dir)
-    append_table_rows(name, header, rows, args.tables)
+    append_table_rows(table or name, header, rows, args.tables)
     for row in rows:
         print(" | ".join(str(cell) for cell in row[2:]))  # without date and code version
     print(f"wrote {path}")

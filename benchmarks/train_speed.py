@@ -25,7 +25,8 @@ which is how bucket size, accumulation and threads are tuned:
 Where CUDA is available (never in CI) ``gpu_scaling`` measures the same on nccl: 1 GPU,
 and 2 GPUs when there are two. Other training measurements (our ACT against
 ``lerobot-train``: benchmarks/act_vs_lerobot.py) join ``main`` as further sections.
-Writes benchmarks/results/train_speed.json and a row per device in benchmarks/README.md.
+Writes benchmarks/results/train_speed.json (train_speed_gpu.json with ``--no-cpu``) and a
+row per device in benchmarks/README.md. ``--no-cpu`` skips the gloo setups, for a GPU machine.
 """
 
 from __future__ import annotations
@@ -52,9 +53,10 @@ CPU_SETUPS = {"1r1t": (1, 1, 1), "1r2t": (1, 2, 1), "2r1t": (2, 1, 1), "2p1t": (
 
 
 def start_training(data: Path, out: Path, ranks: int, threads: int, steps: int, log_interval: int,
-                   options: list[str]) -> subprocess.Popen:
+                   options: list[str], torchrun: bool = False) -> subprocess.Popen:
+    """bc.py in the background, under torchrun when ``ranks > 1`` or ``torchrun`` (DDP with one rank)."""
     launcher = [sys.executable]
-    if ranks > 1:
+    if ranks > 1 or torchrun:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
     command = [*launcher, str(REPO / "train" / "bc.py"), "--data", str(data), "--out", str(out),
                "--max-steps", str(steps), "--log-interval", str(log_interval), "--checkpoint-interval", str(steps),
@@ -78,11 +80,20 @@ def train_figures(data: Path, work: Path, ranks: int, threads: int, runs: int, s
             if job.poll() is None:
                 job.kill()
                 job.wait()
-    windows = [[record for record in read_records(out / "metrics.jsonl") if "samples_per_s" in record][1:]
-               for out in outs]
+    windows = [measured_windows(out) for out in outs]
     shutil.rmtree(work)
     if not all(windows):
         raise ValueError(f"--steps {steps} leaves no log window after the first (log interval {log_interval})")
+    return window_figures(windows)
+
+
+def measured_windows(run: Path) -> list[dict]:
+    """The log windows of RUN/metrics.jsonl after the first (start-up, cold caches)."""
+    return [record for record in read_records(run / "metrics.jsonl") if "samples_per_s" in record][1:]
+
+
+def window_figures(windows: list[list[dict]]) -> dict:
+    """Samples/s (summed over the runs) and sync efficiency of each run's measured windows."""
     rate = 0.0
     for run in windows:
         busy = [w["data_wait_s"] + w["compute_s"] + w["communication_s"] for w in run]
@@ -143,8 +154,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=300, help="optimiser steps per run")
     parser.add_argument("--log-interval", type=int, default=50, help="steps per measured window")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-cpu", action="store_true", help="skip the gloo setups (on a GPU machine: nccl only)")
     parser.add_argument("bc_options", nargs="*", help="after --: options for every bc.py run")
     args = parser.parse_args(argv)
+    if args.no_cpu and not torch.cuda.is_available():
+        parser.error("--no-cpu leaves nothing to measure on a machine without CUDA")
 
     work = Path(tempfile.mkdtemp(prefix="robofleet-train-bench-"))
     try:
@@ -153,7 +167,8 @@ def main(argv: list[str] | None = None) -> dict:
             data = work / "fleet"
             run_collection(CollectConfig(robots=args.robots, episodes=args.episodes, task=args.task, out=str(data),
                                          quiet=True))
-        cpu, gpu = mlp_scaling(data, work, args), gpu_scaling(data, work, args)
+        cpu = None if args.no_cpu else mlp_scaling(data, work, args)
+        gpu = gpu_scaling(data, work, args)
     finally:
         shutil.rmtree(work)
 
@@ -167,20 +182,23 @@ def main(argv: list[str] | None = None) -> dict:
     header = ["date", "code", "device", "job", "bc.py options", "steps", "1 rank x1 samples/s", "1 rank x2 samples/s",
               "2 ranks samples/s", "2 procs samples/s", "sync eff 2 ranks", "weak scaling", "machine 2 procs",
               "2 ranks / 2 procs", "2 ranks / 1 rank x2"]
-    best, ratios = cpu["best"], cpu["ratios"]
-    rows = [[machine["date"], machine["code_version"], "cpu (gloo)", job, options, args.steps,
-             round(best["1r1t"]["samples_per_s"]), round(best["1r2t"]["samples_per_s"]),
-             round(best["2r1t"]["samples_per_s"]), round(best["2p1t"]["samples_per_s"]),
-             f"{best['2r1t']['sync_efficiency']:.2f}", f"{ratios['weak_scaling_efficiency']:.2f}",
-             f"{ratios['machine_two_processes']:.2f}", f"{ratios['two_ranks_vs_two_processes']:.2f}",
-             f"{ratios['two_ranks_vs_two_threads']:.2f}"]]
+    rows = []
+    if cpu is not None:
+        best, ratios = cpu["best"], cpu["ratios"]
+        rows.append([machine["date"], machine["code_version"], "cpu (gloo)", job, options, args.steps,
+                     round(best["1r1t"]["samples_per_s"]), round(best["1r2t"]["samples_per_s"]),
+                     round(best["2r1t"]["samples_per_s"]), round(best["2p1t"]["samples_per_s"]),
+                     f"{best['2r1t']['sync_efficiency']:.2f}", f"{ratios['weak_scaling_efficiency']:.2f}",
+                     f"{ratios['machine_two_processes']:.2f}", f"{ratios['two_ranks_vs_two_processes']:.2f}",
+                     f"{ratios['two_ranks_vs_two_threads']:.2f}"])
     if gpu is not None:
         two = gpu["best"].get("2gpu")
         two_gpus = ([round(two["samples_per_s"]), "–", f"{two['sync_efficiency']:.2f}",
                      f"{gpu['ratios']['weak_scaling_efficiency']:.2f}"] if two else ["–"] * 4)
         rows.append([machine["date"], machine["code_version"], f"{gpu['gpus']}x {gpu['gpu']} (nccl)", job, options,
                      args.steps, round(gpu["best"]["1gpu"]["samples_per_s"]), "–", *two_gpus, "–", "–", "–"])
-    publish("train_speed", result, header, rows, args)
+    # A GPU-only run keeps its own JSON (the CPU figures stay in train_speed.json); the table is shared.
+    publish("train_speed" if cpu is not None else "train_speed_gpu", result, header, rows, args, table="train_speed")
     return result
 
 

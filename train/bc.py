@@ -120,8 +120,10 @@ def main(argv: list[str] | None = None) -> None:
         fail(str(error))
 
     # ----- communication -------------------------------------------------------------------------------
+    sync_batchnorm_layers = 0
     if ddp and device.type == "cuda":  # batch norm over every rank's samples (SyncBatchNorm is GPU-only)
         policy = torch.nn.SyncBatchNorm.convert_sync_batchnorm(policy)
+        sync_batchnorm_layers = sum(isinstance(m, torch.nn.SyncBatchNorm) for m in policy.modules())
     # DDP broadcasts rank 0's buffers before every forward by default. Only BatchNorm's running statistics
     # change in training; the normalisation buffers never do, and the broadcast would cost ~2 ms a step on CPU.
     running_stats = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats
@@ -185,14 +187,17 @@ def main(argv: list[str] | None = None) -> None:
         run.mkdir(parents=True, exist_ok=True)
         write_json_atomic(run / "config.json", {"config": vars(config), "policy_spec": spec.to_dict(),
                                                  "world_size": world_size, "effective_batch": effective_batch,
-                                                 "lr": lr, "code_version": code_version()})
+                                                 "lr": lr, "sync_batchnorm_layers": sync_batchnorm_layers,
+                                                 "code_version": code_version()})
         print(f"training {config.policy} on {len(train_episodes)} episodes ({len(val_episodes)} held out), "
               f"{world_size} rank(s) on {device}, batch "
               f"{config.batch_size} x {config.grad_accum} micro-steps x {world_size} ranks = "
               f"{effective_batch} windows per step (the effective batch); lr {lr:.4g} ({config.lr:.4g} "
               f"for batch {config.base_batch}, scaling {config.lr_scaling}); amp {config.amp}, "
               f"comm hook {config.comm_hook if ddp else 'none (one process)'}, "
-              f"ema {config.ema_decay or 'off'}" + (f"; resumed from step {step}" if checkpoint_path else ""))
+              f"ema {config.ema_decay or 'off'}"
+              + (f"; {sync_batchnorm_layers} SyncBatchNorm layers" if sync_batchnorm_layers else "")
+              + (f"; resumed from step {step}" if checkpoint_path else ""))
     monitor = Monitor(run, config, start_step=step) if master else None
     timer = StepTimer(policy, device)
 

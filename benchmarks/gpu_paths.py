@@ -1,0 +1,115 @@
+"""Every GPU-only path of train/bc.py, a short run each on one GPU: does it work, and how fast.
+
+CI has no GPU, so this is where these get exercised: the nccl backend, bf16 autocast and
+fp16 with a GradScaler on CUDA, every comm hook on nccl (bf16's included, which needs a
+CUDA build), SyncBatchNorm (ResNet-18's BatchNorm layers, converted under DDP), and
+lerobot's ACT and diffusion policies on CUDA. DDP variants run under torchrun with one
+rank per GPU: on a single GPU that is one rank (nccl refuses two ranks on one device),
+which still builds the process group, the hooks and the SyncBatchNorm layers.
+
+Each variant trains ``--steps`` steps; the table gives its samples/s and sync efficiency
+over the log windows after the first, or the last line of its error. Every checkpoint is
+then loaded on the CPU by evaluation's loader (``train.checkpoint.load_policy``), which is
+what a GPU-trained policy meets on a CPU-only evaluation machine.
+
+    python -m benchmarks.gpu_paths [--robots 20] [--episodes 10] [--steps 200] [--image-data STORE]
+
+``--image-data`` is a fleet store with a camera (the cnn variant's data); without it one is
+collected with the ``front`` camera, which needs MuJoCo's EGL rendering on that machine.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import sim  # noqa: F401  (first: it selects headless rendering before mujoco loads)
+
+import torch
+
+from benchmarks.common import benchmark_parser, machine_facts, publish
+from benchmarks.train_speed import measured_windows, start_training, window_figures
+from collect import CollectConfig, run_collection
+from train.checkpoint import load_policy
+from train.comm_hooks import COMM_HOOKS
+
+# name: (data: "state" or "image", under torchrun, bc.py options)
+VARIANTS = {
+    "mlp": ("state", False, []),
+    "mlp amp bf16": ("state", False, ["--amp", "bf16"]),
+    "mlp amp fp16 (GradScaler)": ("state", False, ["--amp", "fp16"]),
+    "mlp ema": ("state", False, ["--ema-decay", "0.999"]),
+    **{f"mlp ddp comm hook {hook}": ("state", True, ["--comm-hook", hook]) for hook in COMM_HOOKS},
+    "cnn resnet18 ddp (SyncBatchNorm)": ("image", True, ["--policy", "cnn", "--vision-backbone", "resnet18",
+                                                         "--batch-size", "64"]),
+    "act": ("state", False, ["--policy", "act", "--lerobot-config", "small", "--batch-size", "64"]),
+    "diffusion": ("state", False, ["--policy", "diffusion", "--lerobot-config", "small", "--batch-size", "64"]),
+}
+
+
+def run_variant(data: Path, out: Path, torchrun: bool, options: list[str], steps: int, log_interval: int) -> dict:
+    """One bc.py run: its figures and whether its checkpoint loads on the CPU, or its error."""
+    job = start_training(data, out, 1, 0, steps, log_interval, options, torchrun=torchrun)
+    stderr = job.communicate()[1]
+    if job.returncode != 0:
+        lines = [line for line in stderr.splitlines() if line.strip()]
+        return {"ok": False, "error": lines[-1] if lines else f"exit {job.returncode}"}
+    figures = window_figures([measured_windows(out)])
+    try:
+        load_policy(out)
+    except Exception as error:  # noqa: BLE001 (the table reports it)
+        return {"ok": False, "error": f"the checkpoint does not load on the CPU: {error}"}
+    config = json.loads((out / "config.json").read_text())
+    return {"ok": True, **{key: round(value, 4) for key, value in figures.items()},
+            "sync_batchnorm_layers": config["sync_batchnorm_layers"]}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--robots", type=int, default=20)
+    parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument("--task", default="pick_place")
+    parser.add_argument("--steps", type=int, default=200, help="optimiser steps per variant")
+    parser.add_argument("--log-interval", type=int, default=50)
+    parser.add_argument("--image-data", type=Path, help="a fleet store with a camera, for the cnn variant")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("gpu_paths: no CUDA device here (the CPU paths are covered by the tests)")
+
+    work = Path(tempfile.mkdtemp(prefix="robofleet-gpu-paths-"))
+    try:
+        data = {"state": work / "fleet", "image": args.image_data or work / "fleet_images"}
+        run_collection(CollectConfig(robots=args.robots, episodes=args.episodes, task=args.task,
+                                     out=str(data["state"]), quiet=True))
+        if args.image_data is None:
+            run_collection(CollectConfig(robots=4, episodes=4, task=args.task, cameras=("front",),
+                                         out=str(data["image"]), quiet=True))
+        results = {}
+        for index, (name, (kind, torchrun, options)) in enumerate(VARIANTS.items()):
+            results[name] = run_variant(data[kind], work / f"run{index}", torchrun, options, args.steps,
+                                        args.log_interval)
+            print(name, results[name], flush=True)
+    finally:
+        shutil.rmtree(work)
+
+    machine = machine_facts()
+    result = {"benchmark": "gpu_paths", "machine": machine,
+              "job": vars(args) | {"results_dir": None, "tables": None,
+                                   "image_data": str(args.image_data) if args.image_data else None},
+              "variants": {name: {"options": VARIANTS[name][2], "torchrun": VARIANTS[name][1], **figures}
+                           for name, figures in results.items()}}
+    header = ["date", "code", "device", "variant", "bc.py options", "samples/s", "sync eff", "SyncBatchNorm layers",
+              "checkpoint loads on CPU"]
+    rows = [[machine["date"], machine["code_version"], machine["device"], name, " ".join(VARIANTS[name][2]) or "defaults",
+             round(r["samples_per_s"]) if r["ok"] else f"failed: {r['error'][:120]}",
+             f"{r['sync_efficiency']:.2f}" if r["ok"] else "–", r.get("sync_batchnorm_layers", "–"),
+             "yes" if r["ok"] else "–"] for name, r in results.items()]
+    publish("gpu_paths", result, header, rows, args)
+    return result
+
+
+if __name__ == "__main__":
+    main()
