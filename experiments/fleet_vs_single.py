@@ -10,7 +10,8 @@ Collects a fleet (or takes ``--data``), then trains the same policy four ways:
 2. ``central``: train/bc.py on every robot's episodes, under torchrun with ``--ranks`` DDP ranks;
 3. ``fedavg``: train/federated.py, every robot a client, deltas sent as ``--compression``, the server
    stepping with momentum (FedAvgM: ``--server-momentum``, ``--server-lr``);
-4. ``personal``: the same with ``--personal`` heads.
+4. ``personal``: the same with ``--personal`` heads, shared by the whole fleet for the first
+   ``--personal-after`` rounds.
 
 Each policy is evaluated (eval.run_evaluation, held-out seeds) on every robot of the
 fleet, the single robot's policy included on the robots of the other sites. The
@@ -69,6 +70,8 @@ class ExperimentConfig:
     local_batch_size: int = field(default=64, metadata={"help": "windows per local federated step"})
     compression: str = field(default="int8", metadata={"help": "federated deltas: none, int8 or topk"})
     personal: str = field(default="site", metadata={"help": "personalised run's heads: robot or site"})
+    # Heads personal from round 1 cost the worst site 7 points under FedAvgM (docs/federated.md).
+    personal_after: int = field(default=20, metadata={"help": "personalised run: rounds with one fleet head first"})
     # 50 episodes per robot: a site's rate then rests on 150 episodes (20 left per-site differences in the noise)
     eval_episodes: int = field(default=50, metadata={"help": "evaluation episodes per robot (held-out seeds)"})
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "local dask workers (federated, evaluate)"})
@@ -93,7 +96,8 @@ def training_commands(config: ExperimentConfig, data: Path, out: Path, scheduler
         "central": [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={config.ranks}", *bc,
                     "--out", str(out / "central")],
         "fedavg": [*federated, "--out", str(out / "fedavg")],
-        "personal": [*federated, "--personal", config.personal, "--out", str(out / "personal")],
+        "personal": [*federated, "--personal", config.personal, "--personal-after", str(config.personal_after),
+                     "--out", str(out / "personal")],
     }
 
 
@@ -139,7 +143,7 @@ def table(config: ExperimentConfig, results: dict, store: FleetStore, facts: dic
     trained_on = {"single": f"robot {config.single_robot} ({store.site_of(config.single_robot)})",
                   "central": f"all {len(store.robots)}, {config.ranks} DDP ranks",
                   "fedavg": f"all {len(store.robots)}, {config.compression} deltas",
-                  "personal": f"all {len(store.robots)}, {config.personal} heads"}
+                  "personal": f"all {len(store.robots)}, {config.personal} heads after round {config.personal_after}"}
     ddp_bytes = results["central"]["communication"]["model_bytes"]
     lines = [f"Measured {facts['date']} on {facts['cores']} cores ({facts['device']}), code {facts['code_version']}:",
              f"{len(store.robots)} robots x {config.episodes} {config.task} episodes, evaluated on every robot x "

@@ -15,10 +15,10 @@ from dataset.stats import fleet_stats
 from federated_helpers import QUICK, configure, metrics
 from train.checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint, load_policy
 from train.fedavg import ClientUpdate, flatten, train_client, weighted_average
-from train.federated import Server, main, run_federated
+from train.federated import FLEET_HEAD, Server, main, run_federated
 from train.federated_config import FederatedConfig
 from train.policy import policy_spec
-from train.rounds import sample_clients
+from train.rounds import RoundResult, sample_clients
 
 
 def server_for(config: FederatedConfig) -> Server:
@@ -90,6 +90,31 @@ def test_site_heads_are_the_sample_weighted_mean_of_the_site_and_robots_keep_the
     personal = server.checkpoint()["personal"]
     assert all(torch.equal(personal[0][key], personal[2][key]) for key in server.head_keys)
     assert torch.equal(personal[1][server.head_keys[0]], heads[1][server.head_keys[0]])
+
+
+def test_with_personal_after_the_fleet_shares_one_head_then_each_site_starts_from_it(pick_place_fleet, tmp_path):
+    server = server_for(configure(pick_place_fleet, tmp_path / "run", "--personal", "site", "--personal-after", "1"))
+    key, zero_delta = server.head_keys[0], {"method": "none", "values": torch.zeros_like(server.weights).numpy()}
+
+    def trained(robot: int) -> ClientUpdate:
+        head = {name: torch.full_like(server.template[name], float(robot + 1)) for name in server.head_keys}
+        return ClientUpdate(robot, 1, 0.0, 1, zero_delta, head, None, 0.0)
+
+    assert {server.group_of(robot) for robot in server.robots} == {FLEET_HEAD}
+    server.apply([trained(0), trained(1), trained(2)])  # round 1: one head, the mean of every robot's
+    assert list(server.heads) == [FLEET_HEAD]
+    assert torch.equal(server.heads[FLEET_HEAD][key], torch.full_like(server.template[key], 2.0))
+    assert server.traffic([server.job(0, 1)], RoundResult([trained(0)], {}, []))["state_bytes"] == 0  # it travels
+    server.round = 1
+    sites = {server.group_of(robot) for robot in server.robots}
+    assert sites == {server.store.site_of(robot) for robot in server.robots} and FLEET_HEAD not in sites
+    assert all(torch.equal(server.head_of(robot)[key], server.heads[FLEET_HEAD][key]) for robot in server.robots)
+    server.apply([trained(0)])  # round 2: robot 0's site gets a head of its own, the others still get the fleet's
+    site = server.group_of(0)
+    assert torch.equal(server.heads[site][key], torch.full_like(server.template[key], 1.0))
+    others = [robot for robot in server.robots if server.group_of(robot) != site]
+    assert all(torch.equal(server.head_of(robot)[key], server.heads[site][key]) for robot in others)  # the fallback
+    assert set(server.checkpoint()["personal"]) == {robot for robot in server.robots if server.group_of(robot) == site}
 
 
 def test_personal_heads_stay_local_and_equal_what_each_robot_trained(pick_place_fleet, tmp_path):
@@ -167,6 +192,7 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_does(pick_plac
     (["--data", "/nonexistent"], "no fleet store"),
     (["--fraction", "0"], "--fraction must be in (0, 1]"),
     (["--personal", "desk"], "--personal must be one of none, robot, site"),
+    (["--personal-after", "1"], "--personal-after 1 needs --personal robot or site"),
 ])
 def test_bad_input_is_one_line_and_nonzero(pick_place_fleet, tmp_path, capsys, arguments, message):
     with pytest.raises(SystemExit) as exit_info:

@@ -9,7 +9,9 @@ task that trains the current global policy on that robot's episodes only and sen
 back its delta, compressed on request (``--compression int8|topk``); the server
 averages the deltas weighted by sample count (FedAvg) and steps by ``--server-lr``,
 with ``--server-momentum`` along a momentum of those averages (FedAvgM; see train/fedavg.py). With ``--personal robot|site`` the policy's head stays with the
-robot (or is shared within its site) and only the rest is averaged across the fleet.
+robot (or is shared within its site) and only the rest is averaged across the fleet;
+``--personal-after K`` keeps the head shared by the whole fleet for the first K rounds
+and splits it from there, so every personal head starts from a fleet-trained one.
 
 A round waits ``--deadline`` seconds for its clients; failed and late ones are left out
 (train/rounds.py). If fewer than ``--min-completed`` of them finish, the round is tried
@@ -57,6 +59,8 @@ def state_bytes(state: State | None) -> int:
     """Serialised size of a head (or any state entries) as it would travel."""
     return payload_bytes({key: value.numpy() for key, value in state.items()}) if state else 0
 
+FLEET_HEAD = "fleet"  # the heads' group before they split (--personal-after)
+
 
 class Server:
     """The fleet's server: the global weights, what it keeps for each robot, and how a round changes them.
@@ -82,13 +86,19 @@ class Server:
         self.round, self.bytes_up, self.bytes_down = 0, 0, 0
 
     def group_of(self, robot: int) -> int | str:
+        """Whose head ``robot`` trains in the coming round: the fleet's (the first ``--personal-after`` rounds),
+        else its own or its site's."""
+        if self.round < self.config.personal_after:
+            return FLEET_HEAD
         return robot if self.config.personal == "robot" else self.store.site_of(robot)
 
     def fallback_head(self) -> State:
-        """The head of a robot without one of its own: the plain mean of the personal heads (the initial head before any)."""
-        if not self.heads:
-            return {key: self.template[key] for key in self.head_keys}
-        return average_states([self.heads[group] for group in sorted(self.heads)], [1.0] * len(self.heads))
+        """The head of a robot without one of its own: the plain mean of the personal heads; before any,
+        the fleet's shared head (``--personal-after``), else the initial head."""
+        personal = [self.heads[group] for group in sorted(self.heads, key=str) if group != FLEET_HEAD]
+        if personal:
+            return average_states(personal, [1.0] * len(personal))
+        return self.heads.get(FLEET_HEAD, {key: self.template[key] for key in self.head_keys})
 
     def head_of(self, robot: int) -> State | None:
         """The head ``robot`` trains from: its own (or its site's), else the fallback; None without personal heads."""
@@ -106,13 +116,14 @@ class Server:
     def traffic(self, jobs: list[ClientJob], result: RoundResult) -> dict[str, int]:
         """Bytes down (every sampled client got the weights) and up (completed clients' payloads).
 
-        A site head travels (it is shared within the site); a robot's own head and its
-        residual would stay on board, so they count as ``state_bytes``, not as traffic.
+        A head shared by several robots travels (a site's, or the fleet's before the split); a
+        robot's own head and its residual would stay on board, so they count as
+        ``state_bytes``, not as traffic.
         """
-        site_heads = self.config.personal == "site"
-        down = sum(payload_bytes(self.weights.numpy()) + (state_bytes(job.head) if site_heads else 0) for job in jobs)
-        up = sum(payload_bytes(u.payload) + (state_bytes(u.head) if site_heads else 0) for u in result.completed)
-        local = sum(state_bytes(u.head) * (not site_heads) + (u.residual.numel() * 4 if u.residual is not None else 0)
+        shared_heads = self.config.personal == "site" or self.round < self.config.personal_after
+        down = sum(payload_bytes(self.weights.numpy()) + (state_bytes(job.head) if shared_heads else 0) for job in jobs)
+        up = sum(payload_bytes(u.payload) + (state_bytes(u.head) if shared_heads else 0) for u in result.completed)
+        local = sum(state_bytes(u.head) * (not shared_heads) + (u.residual.numel() * 4 if u.residual is not None else 0)
                     for u in result.completed)
         return {"bytes_up": up, "bytes_down": down, "state_bytes": local}
 
