@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> dict:
     row = [machine["date"], machine["code_version"], f"{args.task} {args.robots}x{args.episodes} ({frames} frames{on_gpu})",
            args.batch_size, figures["steps_per_s_best"]["ours"], figures["steps_per_s_best"]["lerobot"],
            f"{figures['ours_vs_lerobot']:.2f}"]
-    publish("act_vs_lerobot", result, header, [row], args)
+    # GPU figures keep their own JSON (the CPU ones stay in act_vs_lerobot.json); the table is shared.
+    publish("act_vs_lerobot" + ("_gpu" if on_gpu else ""), result, header, [row], args, table="act_vs_lerobot")
     return result
 
 
