@@ -74,8 +74,8 @@ def lerobot_steps_per_s(root: Path, out: Path, steps: int, batch_size: int, work
     """Steps per second of ``lerobot-train --policy.type=act`` (after its first log window)."""
     sizes = [f"--policy.{name}={value}" for name, value in SMALL["act"].items()]
     device = "cuda" if torch.cuda.is_available() else "cpu"  # what bc.py picks
-    command = [sys.executable, "-m", "lerobot.scripts.lerobot_train", "--dataset.repo_id=robofleet/bench",  # lerobot-train
-               f"--dataset.root={root}", "--policy.type=act", "--policy.push_to_hub=false", f"--policy.device={device}",
+    command = [sys.executable, "-m", "lerobot.scripts.lerobot_train",  # lerobot-train
+               "--dataset.repo_id=robofleet/bench", f"--dataset.root={root}", "--policy.type=act", "--policy.push_to_hub=false", f"--policy.device={device}",
                "--policy.pretrained_backbone_weights=null", *sizes, f"--policy.chunk_size={HORIZON}",
                f"--policy.n_action_steps={N_ACTION_STEPS}", f"--batch_size={batch_size}", f"--steps={steps}",
                f"--log_freq={LOG_INTERVAL}", f"--num_workers={workers}", "--eval_freq=0", "--save_checkpoint=false",
@@ -131,12 +131,12 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"benchmark": "act_vs_lerobot", "machine": machine,
               "job": vars(args) | {"results_dir": None, "tables": None, "frames": frames}, **figures}
     header = ["date", "code", "data", "batch", "ours steps/s", "lerobot-train steps/s", "ours/lerobot"]
-    on_gpu = "" if machine["device"] == "cpu" else f", on {machine['device']}"
-    row = [machine["date"], machine["code_version"], f"{args.task} {args.robots}x{args.episodes} ({frames} frames{on_gpu})",
-           args.batch_size, figures["steps_per_s_best"]["ours"], figures["steps_per_s_best"]["lerobot"],
-           f"{figures['ours_vs_lerobot']:.2f}"]
+    gpu = machine["device"] != "cpu"
+    data = f"{args.task} {args.robots}x{args.episodes} ({frames} frames" + (f", on {machine['device']})" if gpu else ")")
+    row = [machine["date"], machine["code_version"], data, args.batch_size, figures["steps_per_s_best"]["ours"],
+           figures["steps_per_s_best"]["lerobot"], f"{figures['ours_vs_lerobot']:.2f}"]
     # GPU figures keep their own JSON (the CPU ones stay in act_vs_lerobot.json); the table is shared.
-    publish("act_vs_lerobot" + ("_gpu" if on_gpu else ""), result, header, [row], args, table="act_vs_lerobot")
+    publish("act_vs_lerobot" + ("_gpu" if gpu else ""), result, header, [row], args, table="act_vs_lerobot")
     return result
 
 

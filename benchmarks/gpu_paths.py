@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> dict:
                            for name, figures in results.items()}}
     header = ["date", "code", "device", "variant", "bc.py options", "samples/s", "sync eff", "SyncBatchNorm layers",
               "checkpoint loads on CPU"]
-    rows = [[machine["date"], machine["code_version"], machine["device"], name, " ".join(VARIANTS[name][2]) or "defaults",
+    rows = [[machine["date"], machine["code_version"], machine["device"], name,
+             " ".join(VARIANTS[name][2]) or "defaults",
              round(r["samples_per_s"]) if r["ok"] else f"failed: {r['error'][:120]}",
              f"{r['sync_efficiency']:.2f}" if r["ok"] else "–", r.get("sync_batchnorm_layers", "–"),
              "yes" if r["ok"] else "–"] for name, r in results.items()]

@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> dict:
         two = gpu["best"].get("2gpu")
         two_gpus = ([round(two["samples_per_s"]), "–", f"{two['sync_efficiency']:.2f}",
                      f"{gpu['ratios']['weak_scaling_efficiency']:.2f}"] if two else ["–"] * 4)
-        rows.append([machine["date"], machine["code_version"], f"{gpu['gpus']}x {gpu['gpu']} (nccl)", job, options,
+        backend = "nccl" if two else "1 process"  # one GPU: no DDP, so no nccl either
+        rows.append([machine["date"], machine["code_version"], f"{gpu['gpus']}x {gpu['gpu']} ({backend})", job, options,
                      args.steps, round(gpu["best"]["1gpu"]["samples_per_s"]), "–", *two_gpus, "–", "–", "–"])
     # A GPU-only run keeps its own JSON (the CPU figures stay in train_speed.json); the table is shared.
     publish("train_speed" if cpu is not None else "train_speed_gpu", result, header, rows, args, table="train_speed")

@@ -37,8 +37,8 @@ from train.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_sta
 from train.comm_hooks import register_comm_hook
 from train.config import TrainConfig
 from train.monitor import Monitor, StepTimer, sync_efficiency
-from train.schedule import learning_rate_factor, scaled_learning_rate
 from train.policy import make_policy, policy_spec
+from train.schedule import learning_rate_factor, scaled_learning_rate
 
 
 def mean_over_ranks(values: dict[str, float], device: torch.device) -> dict[str, float]:

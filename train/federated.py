@@ -8,7 +8,8 @@ Each round samples a fraction of the robots (seeded). Every sampled robot is one
 task that trains the current global policy on that robot's episodes only and sends
 back its delta, compressed on request (``--compression int8|topk``); the server
 averages the deltas weighted by sample count (FedAvg) and steps by ``--server-lr``,
-with ``--server-momentum`` along a momentum of those averages (FedAvgM; see train/fedavg.py). With ``--personal robot|site`` the policy's head stays with the
+with ``--server-momentum`` along a momentum of those averages (FedAvgM; see
+train/fedavg.py). With ``--personal robot|site`` the policy's head stays with the
 robot (or is shared within its site) and only the rest is averaged across the fleet;
 ``--personal-after K`` keeps the head shared by the whole fleet for the first K rounds
 and splits it from there, so every personal head starts from a fleet-trained one.
@@ -54,12 +55,12 @@ from train.policy import PolicySpec, make_policy, policy_spec
 from train.rounds import RoundResult, run_clients, sample_clients
 from train.schedule import learning_rate_factor
 
+FLEET_HEAD = "fleet"  # the heads' group before they split (--personal-after)
+
 
 def state_bytes(state: State | None) -> int:
     """Serialised size of a head (or any state entries) as it would travel."""
     return payload_bytes({key: value.numpy() for key, value in state.items()}) if state else 0
-
-FLEET_HEAD = "fleet"  # the heads' group before they split (--personal-after)
 
 
 class Server:
@@ -85,10 +86,13 @@ class Server:
         self.velocity: dict[int | str | None, torch.Tensor] = {}  # --server-momentum: None (shared) or a group
         self.round, self.bytes_up, self.bytes_down = 0, 0, 0
 
+    def heads_split(self) -> bool:
+        """Whether the coming round trains personal heads (after the ``--personal-after`` shared rounds)."""
+        return self.round >= self.config.personal_after
+
     def group_of(self, robot: int) -> int | str:
-        """Whose head ``robot`` trains in the coming round: the fleet's (the first ``--personal-after`` rounds),
-        else its own or its site's."""
-        if self.round < self.config.personal_after:
+        """Whose head ``robot`` trains in the coming round: the fleet's before the split, else its own or its site's."""
+        if not self.heads_split():
             return FLEET_HEAD
         return robot if self.config.personal == "robot" else self.store.site_of(robot)
 
@@ -120,7 +124,7 @@ class Server:
         robot's own head and its residual would stay on board, so they count as
         ``state_bytes``, not as traffic.
         """
-        shared_heads = self.config.personal == "site" or self.round < self.config.personal_after
+        shared_heads = self.config.personal == "site" or not self.heads_split()
         down = sum(payload_bytes(self.weights.numpy()) + (state_bytes(job.head) if shared_heads else 0) for job in jobs)
         up = sum(payload_bytes(u.payload) + (state_bytes(u.head) if shared_heads else 0) for u in result.completed)
         local = sum(state_bytes(u.head) * (not shared_heads) + (u.residual.numel() * 4 if u.residual is not None else 0)
