@@ -11,19 +11,26 @@ blocks of several consecutive batches, each gathered in one vectorised call
 worker processes (alive across epochs, prefetching ahead), then split back into the
 batches. Fetching and handing over a block costs about what one batch would, so small
 batches come out several times faster; the batches are the same as without blocks.
+
+The blocks run on from one epoch into the next (``EpochBlocks``): the workers start on
+the next epoch's first blocks while the trainer finishes this one, instead of idling
+at every epoch boundary until a new pass asks for data. On a small fleet, whose
+epochs last tens of milliseconds, that stall cost 2 workers a quarter of their windows
+a second (0.88 M against 1.2 M on the loader benchmark's fleet).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Sampler
 
 DEFAULT_WORKERS = 2
-BLOCK_BYTES = 4 * 2**20  # a block of batches fetched (and handed over by a worker) at once
-MAX_BATCHES_PER_BLOCK = 16
+BLOCK_BYTES = 8 * 2**20  # a block of batches fetched (and handed over by a worker) at once
+MAX_BATCHES_PER_BLOCK = 32  # 16 gave 2 workers 20% fewer low-dim windows a second
 
 
 def distributed_rank_and_world() -> tuple[int, int]:
@@ -33,30 +40,57 @@ def distributed_rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-class EpochLoader:
-    """Batches of a DataLoader of blocks; its DistributedSampler moves to a new epoch on every pass.
+class EpochBlocks(Sampler[list[int]]):
+    """Blocks of ``block_size`` sample indices, epoch after epoch without end, from ``first_epoch`` on.
 
-    Each ``iter(loader)`` calls ``sampler.set_epoch(loader.epoch)`` and then advances
-    ``loader.epoch``, so every pass is a fresh shuffle that all ranks agree on. A
-    resumed run calls ``set_epoch(e)`` once to carry on from epoch ``e``.
+    Each epoch is the sampler's order for that epoch (``set_epoch``) cut into blocks;
+    its last block may be short, so a block never mixes two epochs.
     """
 
-    def __init__(self, blocks: DataLoader, sampler: DistributedSampler, batch_size: int, drop_last: bool):
-        self.blocks, self.sampler, self.epoch = blocks, sampler, 0
+    def __init__(self, sampler: DistributedSampler, block_size: int):
+        self.sampler, self.block_size, self.first_epoch = sampler, block_size, 0
+
+    @property
+    def blocks_per_epoch(self) -> int:
+        return -(-len(self.sampler) // self.block_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for epoch in itertools.count(self.first_epoch):
+            self.sampler.set_epoch(epoch)
+            yield from BatchSampler(self.sampler, self.block_size, drop_last=False)
+
+
+class EpochLoader:
+    """Batches of a DataLoader of blocks, one epoch per pass: each pass is a fresh shuffle all ranks agree on.
+
+    Each ``iter(loader)`` yields epoch ``loader.epoch`` and then advances it. One
+    iterator of the DataLoader runs through all the epochs (see ``EpochBlocks``); it
+    is started again at ``loader.epoch`` only where a pass did not run to its end or
+    ``set_epoch`` moved the epoch, as a resumed run does once to carry on from epoch ``e``.
+    """
+
+    def __init__(self, loader: DataLoader, blocks: EpochBlocks, batch_size: int, drop_last: bool):
+        self.loader, self.blocks, self.sampler, self.epoch = loader, blocks, blocks.sampler, 0
         self.batch_size, self.drop_last = batch_size, drop_last
+        self._stream: Iterator[dict[str, torch.Tensor]] | None = None
+        self._stream_epoch = -1  # the epoch whose first block the stream gives next
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        self.sampler.set_epoch(self.epoch)
-        self.epoch += 1
-        for block in self.blocks:
+        if self._stream_epoch != self.epoch:
+            self.blocks.first_epoch = self.epoch
+            self._stream = iter(self.loader)
+        self._stream_epoch, self.epoch = -1, self.epoch + 1
+        for _ in range(self.blocks.blocks_per_epoch):
+            block = next(self._stream)
             size = len(next(iter(block.values())))
             for start in range(0, size, self.batch_size):
                 if self.drop_last and start + self.batch_size > size:
                     break  # only the epoch's last block can end short
                 yield {key: value[start: start + self.batch_size] for key, value in block.items()}
+        self._stream_epoch = self.epoch
 
     def __len__(self) -> int:
         full, rest = divmod(len(self.sampler), self.batch_size)
@@ -102,7 +136,7 @@ def make_dataloader(
     if drop_last and len(sampler) < batch_size:
         raise ValueError(f"batch size {batch_size} is larger than this rank's {len(sampler)} samples "
                          "(lower --batch-size or pass drop_last=False)")
-    blocks = BatchSampler(sampler, batch_size=batch_size * batches_per_block(dataset, batch_size), drop_last=False)
+    blocks = EpochBlocks(sampler, block_size=batch_size * batches_per_block(dataset, batch_size))
     workers = {"persistent_workers": True, "prefetch_factor": prefetch_factor} if num_workers > 0 else {}
     loader = DataLoader(
         dataset,
@@ -112,4 +146,4 @@ def make_dataloader(
         pin_memory=torch.cuda.is_available() if pin_memory is None else pin_memory,
         **workers,
     )
-    return EpochLoader(loader, sampler, batch_size, drop_last)
+    return EpochLoader(loader, blocks, batch_size, drop_last)

@@ -93,3 +93,26 @@ def test_impossible_batches_are_refused(pick_place_fleet):
     dataset = windows(pick_place_fleet)
     with pytest.raises(ValueError, match="larger than"):
         make_dataloader(dataset, batch_size=len(dataset) + 1, num_workers=0)
+
+
+def epoch_keys(batches) -> list[tuple[int, int, int]]:
+    return [(int(r), int(e), int(f)) for b in batches
+            for r, e, f in zip(b["robot_id"], b["episode_index"], b["frame_index"])]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_epochs_run_on_from_one_stream_as_if_each_started_afresh(pick_place_fleet, workers):
+    """The blocks of epoch e+1 are fetched ahead while epoch e is read; each epoch still equals a fresh start
+    at it (set_epoch), and a pass left early leaves no blocks behind for the next one."""
+    dataset = windows(pick_place_fleet)
+    streamed = make_dataloader(dataset, batch_size=16, num_workers=workers, drop_last=False)
+    epochs = [epoch_keys(streamed) for _ in range(3)]
+    for _ in zip(range(2), streamed):  # a pass of epoch 3 left after two batches
+        pass
+    epochs.append(epoch_keys(streamed))  # epoch 4, from its start
+    assert streamed.epoch == 5
+    for epoch in (0, 2, 4):
+        fresh = make_dataloader(dataset, batch_size=16, num_workers=0, drop_last=False)
+        fresh.set_epoch(epoch)
+        assert epoch_keys(fresh) == epochs[epoch if epoch < 4 else 3]
+    assert len(set(epochs[0])) == len(epochs[0]) == len(dataset) and epochs[0] != epochs[1]
