@@ -20,6 +20,9 @@ from sim.rollout import run_episode
 from sim.tasks import resolve_task
 
 PROGRESS_TOPIC = "robofleet.collect.progress"
+# Seconds between a robot's progress events. Each event costs the worker's event loop
+# about a millisecond; one per episode took 6% of a worker's simulation time.
+PROGRESS_INTERVAL = 0.5
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,19 @@ def collect_robot(job: RobotJob, report_progress: Callable[[int, int], None] | N
 
 
 def collect_robot_on_worker(job: RobotJob) -> RobotReport:
-    """``collect_robot`` as a dask task: progress goes out as events on ``PROGRESS_TOPIC``."""
+    """``collect_robot`` as a dask task: progress goes out as events on ``PROGRESS_TOPIC``.
+
+    At most one event per ``PROGRESS_INTERVAL`` seconds, and always the robot's last one.
+    """
     from distributed import get_worker
 
     worker = get_worker()
-    return collect_robot(job, lambda robot, settled: worker.log_event(PROGRESS_TOPIC, {"robot": robot, "settled": settled}))
+    last_sent = float("-inf")
+
+    def report_progress(robot: int, settled: int) -> None:
+        nonlocal last_sent
+        if settled == job.episodes or time.monotonic() - last_sent >= PROGRESS_INTERVAL:
+            worker.log_event(PROGRESS_TOPIC, {"robot": robot, "settled": settled})
+            last_sent = time.monotonic()
+
+    return collect_robot(job, report_progress)

@@ -1,13 +1,15 @@
 """collect: layout, manifest, atomic commits, resume, failures and bad input."""
 
 import json
+import subprocess
 
 import numpy as np
 import pytest
 import zarr
 
 from collect.shard import FRAMES_PER_CHUNK, SCHEMA_VERSION
-from collect_helpers import assert_same_stores, collected, interrupt, run_collect, start_collect, wait_for_episodes
+from collect_helpers import (REPO, assert_same_stores, collect_command, collected, interrupt, run_collect,
+                             start_collect, subprocess_env, wait_for_episodes)
 from dataset import FleetStore
 from sim.fleet import episode_seed, make_robot
 
@@ -90,6 +92,17 @@ def test_a_concurrent_reader_only_ever_sees_complete_episodes(tmp_path):
     final = FleetStore.open(out)
     for robot, index, actions in snapshots:  # what was visible mid-run never changed
         np.testing.assert_array_equal(final.episode(robot, index)["action"], actions)
+
+
+def test_the_progress_bar_counts_every_episode_and_the_summary_follows(tmp_path):
+    """Workers send progress at most twice a second per robot, but always a robot's last count."""
+    command = collect_command(tmp_path / "fleet", "--robots", "3", "--episodes", "5", "--task", "reach",
+                              "--workers", "1")
+    command.remove("--quiet")
+    completed = subprocess.run(command, capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    assert "episodes: 100%" in completed.stderr and " 15/15 " in completed.stderr
+    assert "3 robots, 15 episodes" in completed.stdout + completed.stderr
 
 
 def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
