@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -146,6 +147,34 @@ def test_personal_heads_stay_local_and_equal_what_each_robot_trained(pick_place_
     assert all(0 < r["bytes_up"] < r["bytes_down"] / 3 for r in records)  # int8 deltas up, float32 weights down
 
 
+def test_head_epochs_fit_each_head_to_the_final_shared_weights_and_leave_those_alone(pick_place_fleet, tmp_path):
+    arguments = ("--rounds", "2", "--personal", "robot", "--compression", "int8")
+    plain = configure(pick_place_fleet, tmp_path / "plain", *arguments)
+    fitted = configure(pick_place_fleet, tmp_path / "fitted", *arguments, "--head-epochs", "3")
+    run_federated(plain)
+    run_federated(fitted)
+    before, after = load_checkpoint(latest_checkpoint(plain.out)), load_checkpoint(latest_checkpoint(fitted.out))
+    assert after["step"] == 2 and after["federated"]["heads_fitted"] and not before["federated"]["heads_fitted"]
+    assert all(torch.equal(after["model"][key], before["model"][key])  # the rounds are the same; the fit
+               for key in before["model"] if key not in after["personal"][0])  # leaves the shared weights alone
+
+    # Each head is exactly what its robot fitted, starting from its round-2 head, on the final weights.
+    server = server_for(fitted)
+    server.restore(before)
+    for robot in server.robots:
+        job = replace(server.job(robot, round_index=2), fit_head_only=True, lr_factor=1.0)
+        update = train_client(job, server.weights.numpy())
+        assert update.steps > 0 and update.payload == {}
+        head = after["personal"][robot]
+        assert all(torch.equal(head[key], update.head[key]) for key in head)
+        assert not all(torch.equal(head[key], before["personal"][robot][key]) for key in head)
+    [*_, fit] = metrics(fitted.out)
+    assert fit["head_fit"] and fit["completed"] == [0, 1, 2] and fit["bytes_up"] == 0  # robot heads stay on board
+
+    run_federated(fitted)  # rerun: nothing left to do, the fit is not repeated
+    assert len(metrics(fitted.out)) == 3
+
+
 def federated(*arguments) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(REPO / "train" / "federated.py"), *QUICK, *map(str, arguments)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=REPO,
@@ -193,6 +222,7 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_does(pick_plac
     (["--fraction", "0"], "--fraction must be in (0, 1]"),
     (["--personal", "desk"], "--personal must be one of none, robot, site"),
     (["--personal-after", "1"], "--personal-after 1 needs --personal robot or site"),
+    (["--head-epochs", "2"], "--head-epochs fits personal heads: it needs --personal robot or site"),
 ])
 def test_bad_input_is_one_line_and_nonzero(pick_place_fleet, tmp_path, capsys, arguments, message):
     with pytest.raises(SystemExit) as exit_info:

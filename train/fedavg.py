@@ -8,7 +8,9 @@ passes (AdamW, optionally with the FedProx term ``mu/2 |w - w_global|^2``) and r
 ``ClientUpdate``: the delta ``client - global`` of the shared weights encoded for the
 wire, its sample count and its mean local loss. The server decodes the deltas and
 averages them weighted by sample count (``weighted_average``: FedAvg), then moves the
-global weights by ``server_lr`` times that average.
+global weights by ``server_lr`` times that average. A ``fit_head_only`` job (``--head-epochs``)
+trains only the robot's head, for ``head_epochs`` passes, on the frozen global weights,
+and sends back just the head.
 
 Shared weights travel as one flat float32 vector: the floating-point state-dict entries
 outside the head, concatenated in state-dict order (``flatten`` / ``unflatten``).
@@ -97,6 +99,7 @@ class ClientJob:
     head: State | None  # personal heads: this robot's (or its site's) head
     residual: torch.Tensor | None  # top-k: what this robot has not sent yet
     lr_factor: float  # the round's place in the learning-rate schedule
+    fit_head_only: bool = False  # --head-epochs: fit the head to the global weights, those frozen
 
 
 @dataclass
@@ -137,16 +140,20 @@ def train_client(job: ClientJob, weights: np.ndarray) -> ClientUpdate:
     policy.to(device).train()
     shared = set(job.shared_keys)
     anchor = [(p, p.detach().clone()) for name, p in policy.named_parameters() if name in shared]
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr * job.lr_factor, weight_decay=config.weight_decay)
+    if job.fit_head_only:
+        for name, parameter in policy.named_parameters():
+            parameter.requires_grad_(name not in shared)
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=config.lr * job.lr_factor,
+                                  weight_decay=config.weight_decay)
 
     losses = []
-    for _ in range(config.local_epochs):
+    for _ in range(config.head_epochs if job.fit_head_only else config.local_epochs):
         for batch in loader:
             loss = policy({key: value.to(device) for key, value in batch.items()})
             if not math.isfinite(loss.item()):  # a diverged client is left out instead of poisoning the average
                 raise FloatingPointError(f"robot {job.robot_id}: local loss is not finite at step {len(losses)}")
             losses.append(loss.item())
-            if config.prox_mu > 0:
+            if config.prox_mu > 0 and not job.fit_head_only:
                 loss = loss + config.prox_mu / 2 * sum((p - p0).pow(2).sum() for p, p0 in anchor)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -155,8 +162,11 @@ def train_client(job: ClientJob, weights: np.ndarray) -> ClientUpdate:
             optimizer.step()
 
     trained = {key: value.detach().cpu() for key, value in policy.state_dict().items()}
+    head = {key: trained[key].clone() for key in job.head} if job.head is not None else None
+    if job.fit_head_only:  # the shared weights did not move: only the head goes back
+        return ClientUpdate(job.robot_id, len(dataset), float(np.mean(losses)), len(losses), {}, head, job.residual,
+                            time.perf_counter() - started)
     delta = flatten(trained, job.shared_keys) - global_weights
     payload, residual = encode_update(delta, config.compression, job.residual, config.topk_fraction)
-    head = {key: trained[key].clone() for key in job.head} if job.head is not None else None
     return ClientUpdate(job.robot_id, len(dataset), float(np.mean(losses)), len(losses), payload, head, residual,
                         time.perf_counter() - started)

@@ -13,6 +13,10 @@ train/fedavg.py). With ``--personal robot|site`` the policy's head stays with th
 robot (or is shared within its site) and only the rest is averaged across the fleet;
 ``--personal-after K`` keeps the head shared by the whole fleet for the first K rounds
 and splits it from there, so every personal head starts from a fleet-trained one.
+``--head-epochs E`` ends the run with a head fit: every robot fits its head to the final
+shared weights, those frozen, for E passes over its data (a site's head is then the
+mean of its robots' fits). A head trained during the rounds was fitted to the weights
+its robot had moved to, not to the average the server then made of them.
 
 A round waits ``--deadline`` seconds for its clients; failed and late ones are left out
 (train/rounds.py). If fewer than ``--min-completed`` of them finish, the round is tried
@@ -32,7 +36,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +89,7 @@ class Server:
         self.residuals: dict[int, torch.Tensor] = {}
         self.velocity: dict[int | str | None, torch.Tensor] = {}  # --server-momentum: None (shared) or a group
         self.round, self.bytes_up, self.bytes_down = 0, 0, 0
+        self.heads_fitted = False  # --head-epochs: whether the heads were fitted after the last round
 
     def heads_split(self) -> bool:
         """Whether the coming round trains personal heads (after the ``--personal-after`` shared rounds)."""
@@ -126,7 +131,8 @@ class Server:
         """
         shared_heads = self.config.personal == "site" or not self.heads_split()
         down = sum(payload_bytes(self.weights.numpy()) + (state_bytes(job.head) if shared_heads else 0) for job in jobs)
-        up = sum(payload_bytes(u.payload) + (state_bytes(u.head) if shared_heads else 0) for u in result.completed)
+        up = sum((payload_bytes(u.payload) if u.payload else 0) + (state_bytes(u.head) if shared_heads else 0)
+                 for u in result.completed)  # a head fit sends no payload
         local = sum(state_bytes(u.head) * (not shared_heads) + (u.residual.numel() * 4 if u.residual is not None else 0)
                     for u in result.completed)
         return {"bytes_up": up, "bytes_down": down, "state_bytes": local}
@@ -183,7 +189,8 @@ class Server:
             "code_version": code_version(),
             "federated": {"round": self.round, "personal": self.config.personal, "shared_keys": self.keys,
                           "heads": self.heads, "residuals": self.residuals, "velocity": self.velocity,
-                          "bytes_up": self.bytes_up, "bytes_down": self.bytes_down},
+                          "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
+                          "heads_fitted": self.heads_fitted},
         }
         if self.head_keys:
             content["personal"] = {robot: self.heads[self.group_of(robot)] for robot in self.store.robots
@@ -200,6 +207,16 @@ class Server:
         self.heads, self.residuals = state["heads"], state["residuals"]
         self.velocity = state.get("velocity", {})  # absent from runs made before --server-momentum existed
         self.round, self.bytes_up, self.bytes_down = state["round"], state["bytes_up"], state["bytes_down"]
+        self.heads_fitted = state.get("heads_fitted", False)
+
+    def fit_heads(self, updates: list[ClientUpdate]) -> None:
+        """Each group's head becomes the sample-weighted mean of its robots' fitted heads (no server step)."""
+        groups: dict[int | str, list[ClientUpdate]] = {}
+        for update in updates:
+            groups.setdefault(self.group_of(update.robot_id), []).append(update)
+        for group, members in groups.items():
+            self.heads[group] = average_states([m.head for m in members], [m.samples for m in members])
+        self.heads_fitted = True
 
 
 def play_round(client, train: Callable[[ClientJob, np.ndarray], ClientUpdate], server: Server, round_index: int,
@@ -239,6 +256,27 @@ def play_round(client, train: Callable[[ClientJob, np.ndarray], ClientUpdate], s
          f"{config.round_attempts} attempts (last: failed {result.failed or 'none'}, late {result.late or 'none'}); "
          f"stopping. The last good checkpoint (round {round_index - 1}) is kept in {Path(config.out) / 'checkpoints'}",
          code=3)
+
+
+def fit_heads_round(client, train: Callable[[ClientJob, np.ndarray], ClientUpdate], server: Server) -> dict:
+    """``--head-epochs``: every robot fits its head to the final shared weights; the metrics record.
+
+    A robot that fails or is late keeps the head it had. The weights travel down as in a
+    round; only heads shared by several robots (a site's) travel up.
+    """
+    started = time.perf_counter()
+    jobs = [replace(server.job(robot, server.round), fit_head_only=True, lr_factor=1.0) for robot in server.robots]
+    result = run_clients(client, train, jobs, server.weights.numpy(), server.config.deadline)
+    server.fit_heads(result.completed)
+    traffic = server.traffic(jobs, result)
+    server.bytes_up += traffic["bytes_up"]
+    server.bytes_down += traffic["bytes_down"]
+    samples = sum(u.samples for u in result.completed)
+    return {"round": server.round, "head_fit": True, "completed": [u.robot_id for u in result.completed],
+            "failed": {str(r): e for r, e in result.failed.items()}, "late": result.late, "samples": samples,
+            "loss": sum(u.loss * u.samples for u in result.completed) / samples if samples else None, **traffic,
+            "total_bytes_up": server.bytes_up, "total_bytes_down": server.bytes_down,
+            "seconds": time.perf_counter() - started}
 
 
 def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarray], ClientUpdate] = train_client
@@ -299,9 +337,16 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
 
         for round_index in range(server.round + 1, config.rounds + 1):
             play_round(client, train, server, round_index, log)
-            server.round = round_index
+            server.round, server.heads_fitted = round_index, False
             save_checkpoint(run, server.checkpoint(), round_index, keep=config.keep_checkpoints)
             bar.update(1)
+        if config.head_epochs and not server.heads_fitted:
+            record = fit_heads_round(client, train, server)
+            metrics.write(json.dumps(record) + "\n")
+            save_checkpoint(run, server.checkpoint(), server.round, keep=config.keep_checkpoints)  # replaces it
+            if not config.quiet:
+                bar.write(f"heads fitted to the final weights: {len(record['completed'])}/{len(server.robots)} "
+                          f"robots, {record['seconds']:.1f} s")
     last_checkpoint = latest_checkpoint(run)
     if not config.quiet:
         print(f"done: {run / 'checkpoints' / 'last'} (round {server.round}; "

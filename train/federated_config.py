@@ -36,7 +36,11 @@ class FederatedConfig(PolicyOptions):  # the policy options are train/bc.py's
     topk_fraction: float = field(default=0.01, metadata={"help": "with --compression topk: share of entries sent"})
     personal: str = field(default="none", metadata={"help": "keep heads local: none, robot or site"})
     personal_after: int = field(default=0, metadata={
-        "help": "with --personal: rounds in which the head is still shared by the whole fleet before it splits"})
+        "help": "with --personal: rounds in which the head is still shared by the whole fleet before it splits "
+                "(all of them with --head-epochs: personal through the final fit only)"})
+    head_epochs: int = field(default=0, metadata={
+        "help": "with --personal: after the last round, passes each robot makes fitting its head to the final "
+                "shared weights, those frozen (0: none)"})
     deadline: float = field(default=600.0, metadata={"help": "seconds a round waits for its clients; later ones are dropped"})
     min_completed: float = field(default=0.5, metadata={"help": "share of a round's clients that must finish in time"})
     round_attempts: int = field(default=3, metadata={"help": "tries of a round (fresh sample each) before stopping"})
@@ -62,13 +66,17 @@ class FederatedConfig(PolicyOptions):  # the policy options are train/bc.py's
                 raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if not 0.0 <= self.server_momentum < 1.0:
             raise ValueError(f"--server-momentum must be in [0, 1), got {self.server_momentum}")
-        if self.prox_mu < 0 or self.warmup_rounds < 0 or self.personal_after < 0:
-            raise ValueError("--prox-mu, --warmup-rounds and --personal-after must not be negative")
+        if self.prox_mu < 0 or self.warmup_rounds < 0 or self.personal_after < 0 or self.head_epochs < 0:
+            raise ValueError("--prox-mu, --warmup-rounds, --personal-after and --head-epochs must not be negative")
         for name, allowed in (("compression", COMPRESSIONS), ("personal", PERSONAL_MODES),
                               ("mode", ("memory", "streaming"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
-        if self.personal_after and (self.personal == "none" or self.personal_after >= self.rounds):
+        # --personal-after R (every round shared) with --head-epochs: heads personal through the final fit only
+        last_split = self.rounds if self.head_epochs else self.rounds - 1
+        if self.personal_after and (self.personal == "none" or self.personal_after > last_split):
             raise ValueError(f"--personal-after {self.personal_after} needs --personal robot or site and fewer "
-                             f"rounds than --rounds ({self.rounds})")
+                             f"rounds than --rounds ({self.rounds}), or as many with --head-epochs")
+        if self.head_epochs and self.personal == "none":
+            raise ValueError("--head-epochs fits personal heads: it needs --personal robot or site")
         self.sites, self.robots = tuple(self.sites), tuple(self.robots)
