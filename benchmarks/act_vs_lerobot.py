@@ -75,7 +75,8 @@ def lerobot_steps_per_s(root: Path, out: Path, steps: int, batch_size: int, work
     sizes = [f"--policy.{name}={value}" for name, value in SMALL["act"].items()]
     device = "cuda" if torch.cuda.is_available() else "cpu"  # what bc.py picks
     command = [sys.executable, "-m", "lerobot.scripts.lerobot_train",  # lerobot-train
-               "--dataset.repo_id=robofleet/bench", f"--dataset.root={root}", "--policy.type=act", "--policy.push_to_hub=false", f"--policy.device={device}",
+               "--dataset.repo_id=robofleet/bench", f"--dataset.root={root}", "--policy.type=act",
+               "--policy.push_to_hub=false", f"--policy.device={device}",
                "--policy.pretrained_backbone_weights=null", *sizes, f"--policy.chunk_size={HORIZON}",
                f"--policy.n_action_steps={N_ACTION_STEPS}", f"--batch_size={batch_size}", f"--steps={steps}",
                f"--log_freq={LOG_INTERVAL}", f"--num_workers={workers}", "--eval_freq=0", "--save_checkpoint=false",

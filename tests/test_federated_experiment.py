@@ -4,9 +4,9 @@ import json
 
 import torch
 
+from collect_helpers import collected
 from dataset import FleetStore
 from experiments import fleet_vs_single, personal_ceiling
-from collect_helpers import collected
 from federated_helpers import configure
 from sim.fleet import SITES
 from train.checkpoint import load_checkpoint, load_policy
@@ -19,8 +19,8 @@ def test_fleet_vs_single_trains_four_ways_evaluates_and_writes_its_table(pick_pl
                     "\nafter\n")
     result = fleet_vs_single.main([
         "--data", str(pick_place_fleet), "--out", str(tmp_path / "out"), "--steps", "10", "--batch-size", "32",
-        "--rounds", "1", "--personal-after", "0", "--head-epochs", "1", "--local-batch-size", "16", "--hidden", "16", "16",
-        "--eval-episodes", "1",
+        "--rounds", "1", "--personal-after", "0", "--head-epochs", "1", "--local-batch-size", "16",
+        "--hidden", "16", "16", "--eval-episodes", "1",
         "--workers", "2", "--docs", str(docs), "--results-dir", str(tmp_path)])
     results = result["results"]
     for method in fleet_vs_single.METHODS:

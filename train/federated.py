@@ -151,6 +151,14 @@ class Server:
             self.velocity[group] = step
         return mean + (self.config.server_lr * step - mean_delta)
 
+    def heads_by_group(self, updates: list[ClientUpdate]) -> dict[int | str, list[ClientUpdate]]:
+        """The updates that carry a head, by the group (robot, site or fleet) whose head they trained."""
+        groups: dict[int | str, list[ClientUpdate]] = {}
+        for update in updates:
+            if update.head is not None:
+                groups.setdefault(self.group_of(update.robot_id), []).append(update)
+        return groups
+
     def apply(self, updates: list[ClientUpdate]) -> None:
         """FedAvg: the sample-weighted mean delta, through ``server_step``; keep heads and residuals.
 
@@ -161,10 +169,7 @@ class Server:
         for update in updates:
             if update.residual is not None:
                 self.residuals[update.robot_id] = update.residual
-        groups: dict[int | str, list[ClientUpdate]] = {}
-        for update in updates:
-            if update.head is not None:
-                groups.setdefault(self.group_of(update.robot_id), []).append(update)
+        groups = self.heads_by_group(updates)
         started_from = {group: self.head_of(members[0].robot_id) for group, members in groups.items()}
         for group, members in groups.items():  # one robot's own head, or a site's
             start = flatten(started_from[group], self.head_keys)
@@ -211,12 +216,21 @@ class Server:
 
     def fit_heads(self, updates: list[ClientUpdate]) -> None:
         """Each group's head becomes the sample-weighted mean of its robots' fitted heads (no server step)."""
-        groups: dict[int | str, list[ClientUpdate]] = {}
-        for update in updates:
-            groups.setdefault(self.group_of(update.robot_id), []).append(update)
-        for group, members in groups.items():
+        for group, members in self.heads_by_group(updates).items():
             self.heads[group] = average_states([m.head for m in members], [m.samples for m in members])
         self.heads_fitted = True
+
+
+def account(server: Server, jobs: list[ClientJob], result: RoundResult) -> dict:
+    """Add a try's traffic to the server's totals; the metrics of its clients (part of a metrics.jsonl line)."""
+    traffic = server.traffic(jobs, result)
+    server.bytes_up += traffic["bytes_up"]
+    server.bytes_down += traffic["bytes_down"]
+    samples = sum(u.samples for u in result.completed)
+    return {"completed": [u.robot_id for u in result.completed], "failed": {str(r): e for r, e in result.failed.items()},
+            "late": result.late, "samples": samples,
+            "loss": sum(u.loss * u.samples for u in result.completed) / samples if samples else None, **traffic,
+            "total_bytes_up": server.bytes_up, "total_bytes_down": server.bytes_down}
 
 
 def play_round(client, train: Callable[[ClientJob, np.ndarray], ClientUpdate], server: Server, round_index: int,
@@ -236,19 +250,9 @@ def play_round(client, train: Callable[[ClientJob, np.ndarray], ClientUpdate], s
         applied = len(result.completed) >= needed
         if applied:
             server.apply(result.completed)
-        traffic = server.traffic(jobs, result)
-        server.bytes_up += traffic["bytes_up"]
-        server.bytes_down += traffic["bytes_down"]
-        samples = sum(u.samples for u in result.completed)
-        record = {
-            "round": round_index, "attempt": attempt, "applied": applied, "sampled": sampled,
-            "completed": [u.robot_id for u in result.completed], "failed": {str(r): e for r, e in result.failed.items()},
-            "late": result.late, "samples": samples,
-            "loss": sum(u.loss * u.samples for u in result.completed) / samples if samples else None,
-            "lr": config.lr * jobs[0].lr_factor, **traffic,
-            "total_bytes_up": server.bytes_up, "total_bytes_down": server.bytes_down,
-            "seconds": time.perf_counter() - started,
-        }
+        record = {"round": round_index, "attempt": attempt, "applied": applied, "sampled": sampled,
+                  **account(server, jobs, result), "lr": config.lr * jobs[0].lr_factor,
+                  "seconds": time.perf_counter() - started}
         log(record)
         if applied:
             return record
@@ -268,14 +272,7 @@ def fit_heads_round(client, train: Callable[[ClientJob, np.ndarray], ClientUpdat
     jobs = [replace(server.job(robot, server.round), fit_head_only=True, lr_factor=1.0) for robot in server.robots]
     result = run_clients(client, train, jobs, server.weights.numpy(), server.config.deadline)
     server.fit_heads(result.completed)
-    traffic = server.traffic(jobs, result)
-    server.bytes_up += traffic["bytes_up"]
-    server.bytes_down += traffic["bytes_down"]
-    samples = sum(u.samples for u in result.completed)
-    return {"round": server.round, "head_fit": True, "completed": [u.robot_id for u in result.completed],
-            "failed": {str(r): e for r, e in result.failed.items()}, "late": result.late, "samples": samples,
-            "loss": sum(u.loss * u.samples for u in result.completed) / samples if samples else None, **traffic,
-            "total_bytes_up": server.bytes_up, "total_bytes_down": server.bytes_down,
+    return {"round": server.round, "head_fit": True, **account(server, jobs, result),
             "seconds": time.perf_counter() - started}
 
 
@@ -323,9 +320,12 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
         bar = stack.enter_context(tqdm(total=config.rounds, initial=server.round, desc="rounds", unit="round",
                                        disable=config.quiet))
 
-        def log(record: dict) -> None:
+        def write(record: dict) -> None:
             metrics.write(json.dumps(record) + "\n")
             metrics.flush()
+
+        def log(record: dict) -> None:
+            write(record)
             if not config.quiet:
                 bar.write(f"round {record['round']}" + (f" (attempt {record['attempt'] + 1})" if record["attempt"] else "")
                           + f": {len(record['completed'])}/{len(record['sampled'])} clients"
@@ -342,7 +342,7 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
             bar.update(1)
         if config.head_epochs and not server.heads_fitted:
             record = fit_heads_round(client, train, server)
-            metrics.write(json.dumps(record) + "\n")
+            write(record)
             save_checkpoint(run, server.checkpoint(), server.round, keep=config.keep_checkpoints)  # replaces it
             if not config.quiet:
                 bar.write(f"heads fitted to the final weights: {len(record['completed'])}/{len(server.robots)} "
