@@ -52,7 +52,8 @@ QUIET_CLUSTER = {
 @dataclass
 class CollectionSummary:
     reports: list[RobotReport]
-    wall_seconds: float
+    wall_seconds: float  # from the first task submitted to the manifest written
+    cluster_seconds: float  # setting up and shutting down dask: a LocalCluster, or the client of --scheduler
     bytes_on_disk: int
     per_site: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -76,6 +77,7 @@ class CollectionSummary:
         lines.append(
             f"{len(self.reports)} robots, {self.episodes} episodes, {self.frames} frames, "
             f"{self.bytes_on_disk / 1e6:.1f} MB, {self.wall_seconds:.1f} s, {rate:.0f} steps/s"
+            + (f" (+{self.cluster_seconds:.1f} s to set up and shut down dask)" if self.cluster_seconds >= 0.05 else "")
         )
         return "\n".join(lines)
 
@@ -143,6 +145,7 @@ def run_collection(config: CollectConfig) -> CollectionSummary:
     ]
 
     reports: list[RobotReport] = []
+    entered = time.perf_counter()
     with dask_client(config) as client:
         started = time.perf_counter()
         progress = _Progress(config.robots * config.episodes, create_output(out, config), config.quiet)
@@ -157,10 +160,12 @@ def run_collection(config: CollectConfig) -> CollectionSummary:
             client.unsubscribe_topic(PROGRESS_TOPIC)
             progress.close()
             write_manifest(out, config, spec, features, fps, fleet)
+        wall_seconds = time.perf_counter() - started
+    cluster_seconds = time.perf_counter() - entered - wall_seconds
 
     per_site: dict[str, dict[str, int]] = defaultdict(lambda: {"kept": 0, "failed": 0, "frames": 0})
     for report in reports:
         for key in ("kept", "failed", "frames"):
             per_site[report.site][key] += getattr(report, key)
     reports.sort(key=lambda r: r.robot_id)
-    return CollectionSummary(reports, time.perf_counter() - started, store_bytes(out), dict(per_site))
+    return CollectionSummary(reports, wall_seconds, cluster_seconds, store_bytes(out), dict(per_site))

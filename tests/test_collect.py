@@ -103,6 +103,7 @@ def test_the_progress_bar_counts_every_episode_and_the_summary_follows(tmp_path)
     assert completed.returncode == 0, completed.stderr
     assert "episodes: 100%" in completed.stderr and " 15/15 " in completed.stderr
     assert "3 robots, 15 episodes" in completed.stdout + completed.stderr
+    assert "s to set up and shut down dask)" in completed.stdout  # timed apart from the collection
 
 
 def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
