@@ -7,7 +7,8 @@ crashed counts as a failure; ``n_errors`` says how many did.
 
 The lerobot-eval keys (``per_episode``, ``aggregated`` with ``avg_sum_reward``,
 ``avg_max_reward``, ``pc_success``, ``eval_s``, ``eval_ep_s``) are kept as they are.
-``eval_s`` is the wall time of the whole run, and ``eval_ep_s`` that time per episode run
+``eval_s`` is the wall time from the first task submitted to the last result (the dask
+cluster's start and stop excluded), and ``eval_ep_s`` that time per episode run
 (with ``--compare``, the policy's and the expert's episodes ran together). A figure that
 does not exist (the success rate of no episodes) is ``null``, never NaN, so the JSON is strict.
 """
@@ -51,7 +52,7 @@ def _grouped(records: list[dict], key: str) -> dict:
 def evaluation_tables(records: list[dict], eval_s: float, episodes_run: int) -> dict:
     """``per_episode``, ``per_robot``, ``per_site``, ``per_task``, ``fleet`` and lerobot's ``aggregated``.
 
-    ``eval_s`` is the run's wall time, in which ``episodes_run`` episodes ran (every agent's).
+    ``eval_s`` is the rollouts' wall time, in which ``episodes_run`` episodes ran (every agent's).
     """
     records = sorted(records, key=lambda r: (r["robot_id"], r["episode"]))
     per_robot = [{"robot_id": robot_id, "site": members[0]["site"], "task": members[0]["task"], **summarise(members)}

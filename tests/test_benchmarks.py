@@ -51,3 +51,16 @@ def test_loader_speed_measures_every_setup(tmp_path):
     assert result["ratios"]["memory_w0_vs_numpy_limit"] > 0
     assert json.loads((tmp_path / "loader_speed.json").read_text())["ratios"] == result["ratios"]
     assert "loader_speed" in tables.read_text()
+
+
+def test_gloo_latency_times_every_collective_on_two_real_ranks(tmp_path):
+    from benchmarks import gloo_latency
+
+    tables = tmp_path / "README.md"
+    result = gloo_latency.main(["--iterations", "5", "--rounds", "1", "--results-dir", str(tmp_path),
+                                "--tables", str(tables)])
+    times = result["milliseconds_per_call"]
+    assert set(times) == set(gloo_latency.SIZES)
+    assert all(set(by_operation) == set(gloo_latency.OPERATIONS) and min(by_operation.values()) > 0
+               for by_operation in times.values())
+    assert "| mlp gradients (100k floats) |" in tables.read_text()

@@ -1,0 +1,113 @@
+"""What one gloo collective costs between 2 ranks on this machine, with nothing else running.
+
+train_speed's 2-rank runs lose 25-35% of their step to exposed communication
+(docs/training.md, Speed). This separates the collective's own cost from waiting for
+the other rank: two processes under torchrun, idle apart from the collective, time
+``--iterations`` calls of each operation after a warm-up, for a tiny tensor and for one
+the size of the default mlp's gradients (~100 k float32):
+
+- ``all_reduce``: what DDP calls for every gradient bucket;
+- ``exchange``: each rank ``isend``s its tensor to the other and ``irecv``s the other's
+  (``batch_isend_irecv``), then adds: the same sum for 2 ranks, built from point-to-point;
+- ``all_gather``, ``broadcast`` and ``barrier``, for scale.
+
+Milliseconds per call are rank 0's, the median of ``--rounds`` rounds. Writes
+benchmarks/results/gloo_latency.json and a row per size in benchmarks/README.md.
+
+    python -m benchmarks.gloo_latency [--iterations 300] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from benchmarks.common import benchmark_parser, machine_facts, publish
+
+SIZES = {"10 floats": 10, "mlp gradients (100k floats)": 100_000}
+OPERATIONS = ("all_reduce", "exchange", "all_gather", "broadcast", "barrier")
+
+
+def collectives(tensor: torch.Tensor) -> dict:
+    """One call of each operation on ``tensor`` (this process is rank 0 or 1 of 2)."""
+    peer = 1 - dist.get_rank()
+    received = torch.empty_like(tensor)
+    gathered = tensor.new_empty(2 * tensor.numel())
+
+    def exchange():
+        pair = [dist.P2POp(dist.isend, tensor, peer), dist.P2POp(dist.irecv, received, peer)]
+        for request in dist.batch_isend_irecv(pair):
+            request.wait()
+        tensor.add_(received)
+
+    return {"all_reduce": lambda: dist.all_reduce(tensor), "exchange": exchange,
+            "all_gather": lambda: dist.all_gather_into_tensor(gathered, tensor),
+            "broadcast": lambda: dist.broadcast(tensor, 0), "barrier": dist.barrier}
+
+
+def measure_ranks(iterations: int, rounds: int, out: Path) -> None:
+    """The body of each torchrun rank: rank 0 writes ``{size: {operation: ms}}`` to ``out``."""
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    milliseconds = {}
+    for size_name, size in SIZES.items():
+        calls = collectives(torch.zeros(size))  # zeros: the sums stay 0
+        per_round = {operation: [] for operation in OPERATIONS}
+        for _ in range(rounds):
+            for operation, call in calls.items():
+                for _ in range(20):
+                    call()
+                dist.barrier()
+                start = time.perf_counter()
+                for _ in range(iterations):
+                    call()
+                per_round[operation].append((time.perf_counter() - start) / iterations * 1e3)
+        milliseconds[size_name] = {operation: round(statistics.median(values), 3)
+                                   for operation, values in per_round.items()}
+    if dist.get_rank() == 0:
+        out.write_text(json.dumps(milliseconds))
+    dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = benchmark_parser(__doc__)
+    parser.add_argument("--iterations", type=int, default=300, help="calls timed per operation and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="robofleet-gloo-") as scratch:
+        out = Path(scratch) / "milliseconds.json"
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                   "-m", "benchmarks.gloo_latency", "--rank-body", str(args.iterations), str(args.rounds), str(out)]
+        env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+        completed = subprocess.run(command, capture_output=True, text=True, env=env,
+                                   cwd=Path(__file__).resolve().parent.parent)
+        if completed.returncode != 0:
+            raise RuntimeError(f"the 2-rank probe failed:\n{completed.stderr[-3000:]}")
+        milliseconds = json.loads(out.read_text())
+
+    machine = machine_facts()
+    result = {"benchmark": "gloo_latency", "machine": machine,
+              "job": {"iterations": args.iterations, "rounds": args.rounds, "ranks": 2, "backend": "gloo"},
+              "milliseconds_per_call": milliseconds}
+    header = ["date", "code", "tensor", *(f"{operation} ms" for operation in OPERATIONS), "all_reduce / exchange"]
+    rows = [[machine["date"], machine["code_version"], size, *(times[operation] for operation in OPERATIONS),
+             f"{times['all_reduce'] / times['exchange']:.1f}"] for size, times in milliseconds.items()]
+    publish("gloo_latency", result, header, rows, args)
+    return result
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--rank-body"]:  # one rank of the torchrun job that main() starts
+        measure_ranks(int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))
+    else:
+        main()
