@@ -6,7 +6,9 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
+import subprocess
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,6 +19,9 @@ from sim.cli import code_version
 BENCHMARKS = Path(__file__).resolve().parent
 RESULTS = BENCHMARKS / "results"
 TABLES = BENCHMARKS / "README.md"
+# Prefix for a command to run under the real-time FIFO scheduler: its threads then run the moment they
+# are woken, instead of queueing behind other runnable threads (docs/training.md, Speed).
+REALTIME = ["chrt", "--fifo", "1"]
 
 
 def machine_facts() -> dict:
@@ -34,6 +39,11 @@ def machine_facts() -> dict:
         "code_version": code_version(),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
+
+
+def realtime_permitted() -> bool:
+    """Whether this user may start processes under ``REALTIME`` (root, CAP_SYS_NICE or an rtprio limit)."""
+    return shutil.which("chrt") is not None and subprocess.run([*REALTIME, "true"], capture_output=True).returncode == 0
 
 
 def rate(step: Callable[[], object], seconds: float, warmup: int = 20) -> float:

@@ -1,20 +1,26 @@
 """What one gloo collective costs between 2 ranks on this machine, with nothing else running.
 
-train_speed's 2-rank runs lose 25-35% of their step to exposed communication
+train_speed's 2-rank runs lose a third or more of their step to exposed communication
 (docs/training.md, Speed). This separates the collective's own cost from waiting for
-the other rank: two processes under torchrun, idle apart from the collective, time
-``--iterations`` calls of each operation after a warm-up, for a tiny tensor and for one
-the size of the default mlp's gradients (~100 k float32):
+the other rank: two processes under torchrun, idle apart from the collective, time each
+of ``--iterations`` calls of each operation (after a warm-up), for a tiny tensor and for
+one the size of the default mlp's gradients (~100 k float32):
 
 - ``all_reduce``: what DDP calls for every gradient bucket;
 - ``exchange``: each rank ``isend``s its tensor to the other and ``irecv``s the other's
   (``batch_isend_irecv``), then adds: the same sum for 2 ranks, built from point-to-point;
 - ``all_gather``, ``broadcast`` and ``barrier``, for scale.
 
-Milliseconds per call are rank 0's, the median of ``--rounds`` rounds. Writes
-benchmarks/results/gloo_latency.json and a row per size in benchmarks/README.md.
+It reports the mean, median and 90th percentile of the calls (rank 0's, pooled over
+``--rounds`` rounds): a mean far above the median means a few calls wait much longer
+than the rest. Where this user may use the real-time scheduler (``chrt --fifo``: root
+or CAP_SYS_NICE) the job runs a second time under it, side by side: its threads then
+run the moment they are woken, so the difference is what the operating system's
+scheduler adds. ``--no-realtime`` skips that run. Writes
+benchmarks/results/gloo_latency.json and a row per scheduler and size in
+benchmarks/README.md.
 
-    python -m benchmarks.gloo_latency [--iterations 300] [--rounds 3]
+    python -m benchmarks.gloo_latency [--iterations 300] [--rounds 3] [--no-realtime]
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from benchmarks.common import benchmark_parser, machine_facts, publish
+from benchmarks.common import REALTIME, benchmark_parser, machine_facts, publish, realtime_permitted
 
 SIZES = {"10 floats": 10, "mlp gradients (100k floats)": 100_000}
 OPERATIONS = ("all_reduce", "exchange", "all_gather", "broadcast", "barrier")
@@ -55,53 +61,79 @@ def collectives(tensor: torch.Tensor) -> dict:
 
 
 def measure_ranks(iterations: int, rounds: int, out: Path) -> None:
-    """The body of each torchrun rank: rank 0 writes ``{size: {operation: ms}}`` to ``out``."""
+    """The body of each torchrun rank: rank 0 writes ``{size: {operation: {mean, median, p90}}}`` (ms) to ``out``."""
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     milliseconds = {}
     for size_name, size in SIZES.items():
         calls = collectives(torch.zeros(size))  # zeros: the sums stay 0
-        per_round = {operation: [] for operation in OPERATIONS}
+        durations = {operation: [] for operation in OPERATIONS}
         for _ in range(rounds):
             for operation, call in calls.items():
                 for _ in range(20):
                     call()
                 dist.barrier()
-                start = time.perf_counter()
                 for _ in range(iterations):
+                    start = time.perf_counter()
                     call()
-                per_round[operation].append((time.perf_counter() - start) / iterations * 1e3)
-        milliseconds[size_name] = {operation: round(statistics.median(values), 3)
-                                   for operation, values in per_round.items()}
+                    durations[operation].append((time.perf_counter() - start) * 1e3)
+        milliseconds[size_name] = {operation: call_statistics(values) for operation, values in durations.items()}
     if dist.get_rank() == 0:
         out.write_text(json.dumps(milliseconds))
     dist.destroy_process_group()
+
+
+def call_statistics(milliseconds: list[float]) -> dict:
+    """Mean, median and 90th percentile of the calls' durations."""
+    ordered = sorted(milliseconds)
+    return {"mean": round(statistics.fmean(ordered), 3), "median": round(statistics.median(ordered), 3),
+            "p90": round(ordered[int(0.9 * (len(ordered) - 1))], 3)}
+
+
+def run_ranks(iterations: int, rounds: int, realtime: bool) -> dict:
+    """The 2-rank job under torchrun (under ``chrt --fifo`` when ``realtime``): rank 0's figures."""
+    with tempfile.TemporaryDirectory(prefix="robofleet-gloo-") as scratch:
+        out = Path(scratch) / "milliseconds.json"
+        command = [*(REALTIME if realtime else []), sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   "--nproc_per_node=2", "-m", "benchmarks.gloo_latency", "--rank-body", str(iterations), str(rounds),
+                   str(out)]
+        env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+        completed = subprocess.run(command, capture_output=True, text=True, env=env,
+                                   cwd=Path(__file__).resolve().parent.parent)
+        if completed.returncode != 0:
+            raise RuntimeError(f"the 2-rank probe failed:\n{completed.stderr[-3000:]}")
+        return json.loads(out.read_text())
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--iterations", type=int, default=300, help="calls timed per operation and round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-realtime", action="store_true", help="skip the run under the real-time scheduler")
     args = parser.parse_args(argv)
 
-    with tempfile.TemporaryDirectory(prefix="robofleet-gloo-") as scratch:
-        out = Path(scratch) / "milliseconds.json"
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                   "-m", "benchmarks.gloo_latency", "--rank-body", str(args.iterations), str(args.rounds), str(out)]
-        env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-        completed = subprocess.run(command, capture_output=True, text=True, env=env,
-                                   cwd=Path(__file__).resolve().parent.parent)
-        if completed.returncode != 0:
-            raise RuntimeError(f"the 2-rank probe failed:\n{completed.stderr[-3000:]}")
-        milliseconds = json.loads(out.read_text())
+    schedulers = {"normal": False}
+    if not args.no_realtime and realtime_permitted():
+        schedulers["fifo"] = True
+    milliseconds = {scheduler: run_ranks(args.iterations, args.rounds, realtime)
+                    for scheduler, realtime in schedulers.items()}
 
     machine = machine_facts()
     result = {"benchmark": "gloo_latency", "machine": machine,
-              "job": {"iterations": args.iterations, "rounds": args.rounds, "ranks": 2, "backend": "gloo"},
+              "job": {"iterations": args.iterations, "rounds": args.rounds, "ranks": 2, "backend": "gloo",
+                      "schedulers": list(schedulers)},
               "milliseconds_per_call": milliseconds}
-    header = ["date", "code", "tensor", *(f"{operation} ms" for operation in OPERATIONS), "all_reduce / exchange"]
-    rows = [[machine["date"], machine["code_version"], size, *(times[operation] for operation in OPERATIONS),
-             f"{times['all_reduce'] / times['exchange']:.1f}"] for size, times in milliseconds.items()]
+    header = ["date", "code", "scheduler", "tensor", "all_reduce ms (mean / median / p90)",
+              "exchange ms (mean / median / p90)", *(f"{operation} ms" for operation in OPERATIONS[2:]),
+              "all_reduce / exchange"]
+
+    def spread(figures: dict) -> str:
+        return f"{figures['mean']} / {figures['median']} / {figures['p90']}"
+
+    rows = [[machine["date"], machine["code_version"], scheduler, size, spread(times["all_reduce"]),
+             spread(times["exchange"]), *(times[operation]["mean"] for operation in OPERATIONS[2:]),
+             f"{times['all_reduce']['mean'] / times['exchange']['mean']:.1f}"]
+            for scheduler, by_size in milliseconds.items() for size, times in by_size.items()]
     publish("gloo_latency", result, header, rows, args)
     return result
 

@@ -12,6 +12,12 @@ On CPU (gloo) it runs four setups:
 - ``2p1t``: two independent 1-rank, 1-thread runs at once: what the machine itself gives
   two processes (shared caches, memory bandwidth, the VM), the limit for 2r1t.
 
+Where this user may use the real-time scheduler (``chrt --fifo``: root or CAP_SYS_NICE),
+1r1t, 2r1t and 2p1t run a second time under it in the same rounds (``*_fifo``): its
+threads run the moment they are woken, so the two weak-scaling figures side by side say
+how much of the gap is the operating system's scheduler rather than DDP or gloo.
+``--no-realtime`` skips them.
+
     weak-scaling efficiency = samples/s of 2r1t / (2 x samples/s of 1r1t)     (goal >= 0.9)
 
 ``2r1t / 2p1t`` is what DDP keeps of the machine's own two-process throughput, and
@@ -20,7 +26,8 @@ Each round runs the setups back to back (the VM's speed drifts); ratios are medi
 within-round ratios, rates the best round. Options after ``--`` go to every bc.py run,
 which is how bucket size, accumulation and threads are tuned:
 
-    python -m benchmarks.train_speed [--robots 20] [--episodes 10] [--steps 300] [--rounds 3] [-- --grad-accum 2]
+    python -m benchmarks.train_speed [--robots 20] [--episodes 10] [--steps 300] [--rounds 3] [--no-realtime]
+                                     [-- --grad-accum 2]
 
 Where CUDA is available (never in CI) ``gpu_scaling`` measures the same on nccl: 1 GPU,
 and 2 GPUs when there are two. Other training measurements (our ACT against
@@ -43,19 +50,21 @@ import sim  # noqa: F401  (first: it selects headless rendering before mujoco lo
 
 import torch
 
-from benchmarks.common import benchmark_parser, machine_facts, publish
+from benchmarks.common import REALTIME, benchmark_parser, machine_facts, publish, realtime_permitted
 from collect import CollectConfig, run_collection
 from train.monitor import read_records
 
 REPO = Path(__file__).resolve().parent.parent
-# name: (ranks per run, threads per rank, runs at once)
-CPU_SETUPS = {"1r1t": (1, 1, 1), "1r2t": (1, 2, 1), "2r1t": (2, 1, 1), "2p1t": (1, 1, 2)}
+# name: (ranks per run, threads per rank, runs at once, under the real-time scheduler)
+CPU_SETUPS = {"1r1t": (1, 1, 1, False), "1r2t": (1, 2, 1, False), "2r1t": (2, 1, 1, False), "2p1t": (1, 1, 2, False)}
+REALTIME_SETUPS = {f"{name}_fifo": (*CPU_SETUPS[name][:3], True) for name in ("1r1t", "2r1t", "2p1t")}
 
 
 def start_training(data: Path, out: Path, ranks: int, threads: int, steps: int, log_interval: int,
-                   options: list[str], torchrun: bool = False) -> subprocess.Popen:
-    """bc.py in the background, under torchrun when ``ranks > 1`` or ``torchrun`` (DDP with one rank)."""
-    launcher = [sys.executable]
+                   options: list[str], torchrun: bool = False, realtime: bool = False) -> subprocess.Popen:
+    """bc.py in the background, under torchrun when ``ranks > 1`` or ``torchrun`` (DDP with one rank), and
+    under the real-time scheduler when ``realtime``."""
+    launcher = [*(REALTIME if realtime else []), sys.executable]
     if ranks > 1 or torchrun:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
     command = [*launcher, str(REPO / "train" / "bc.py"), "--data", str(data), "--out", str(out),
@@ -65,11 +74,11 @@ def start_training(data: Path, out: Path, ranks: int, threads: int, steps: int, 
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
 
 
-def train_figures(data: Path, work: Path, ranks: int, threads: int, runs: int, steps: int, log_interval: int,
-                  options: list[str]) -> dict:
+def train_figures(data: Path, work: Path, ranks: int, threads: int, runs: int, realtime: bool, steps: int,
+                  log_interval: int, options: list[str]) -> dict:
     """``runs`` bc.py runs at once: samples/s (summed) and sync efficiency over the log windows after the first."""
     outs = [work / f"run{index}" for index in range(runs)]
-    jobs = [start_training(data, out, ranks, threads, steps, log_interval, options) for out in outs]
+    jobs = [start_training(data, out, ranks, threads, steps, log_interval, options, realtime=realtime) for out in outs]
     try:
         for job in jobs:
             stderr = job.communicate()[1]
@@ -104,31 +113,35 @@ def window_figures(windows: list[list[dict]]) -> dict:
             "data_wait_s": data_wait, "compute_s": compute, "communication_s": communication}
 
 
-def scaling(setups: dict[str, tuple[int, int, int]], data: Path, work: Path, args, ratios: dict) -> dict:
+def scaling(setups: dict[str, tuple[int, int, int, bool]], data: Path, work: Path, args, ratios: dict) -> dict:
     """Every setup once per round, back to back; the best rates and the median within-round ratios."""
     rounds = [{name: train_figures(data, work / name, *setup, args.steps, args.log_interval, args.bc_options)
                for name, setup in setups.items()} for _ in range(args.rounds)]
     best = {name: max(rounds, key=lambda r: r[name]["samples_per_s"])[name] for name in setups}
     return {
-        "setups": {name: dict(zip(("ranks", "threads", "runs"), setup)) for name, setup in setups.items()},
+        "setups": {name: dict(zip(("ranks", "threads", "runs", "realtime"), setup)) for name, setup in setups.items()},
         "best": {name: {key: round(value, 4) for key, value in figures.items()} for name, figures in best.items()},
         "rounds": rounds,
         "ratios": {name: round(statistics.median(ratio(r) for r in rounds), 3) for name, ratio in ratios.items()},
     }
 
 
-def mlp_scaling(data: Path, work: Path, args) -> dict:
-    """1r1t, 1r2t, 2r1t and 2p1t on CPU (gloo)."""
+def mlp_scaling(data: Path, work: Path, args, realtime: bool) -> dict:
+    """1r1t, 1r2t, 2r1t and 2p1t on CPU (gloo); with ``realtime`` also 1r1t, 2r1t and 2p1t under ``chrt --fifo``."""
     def rate(r: dict, name: str) -> float:
         return r[name]["samples_per_s"]
 
-    return scaling(CPU_SETUPS, data, work, args, {
+    ratios = {
         "weak_scaling_efficiency": lambda r: rate(r, "2r1t") / (2 * rate(r, "1r1t")),
         "two_ranks_vs_two_processes": lambda r: rate(r, "2r1t") / rate(r, "2p1t"),
         "machine_two_processes": lambda r: rate(r, "2p1t") / (2 * rate(r, "1r1t")),
         "two_ranks_vs_two_threads": lambda r: rate(r, "2r1t") / rate(r, "1r2t"),
         "two_threads_vs_one": lambda r: rate(r, "1r2t") / rate(r, "1r1t"),
-    })
+    }
+    if realtime:
+        ratios |= {"weak_scaling_efficiency_fifo": lambda r: rate(r, "2r1t_fifo") / (2 * rate(r, "1r1t_fifo")),
+                   "two_ranks_vs_two_processes_fifo": lambda r: rate(r, "2r1t_fifo") / rate(r, "2p1t_fifo")}
+    return scaling(CPU_SETUPS | (REALTIME_SETUPS if realtime else {}), data, work, args, ratios)
 
 
 def gpu_scaling(data: Path, work: Path, args) -> dict | None:
@@ -136,10 +149,10 @@ def gpu_scaling(data: Path, work: Path, args) -> dict | None:
     if not torch.cuda.is_available():
         return None
     threads = max(1, (os.cpu_count() or 2) // 2)
-    setups = {"1gpu": (1, threads, 1)}
+    setups = {"1gpu": (1, threads, 1, False)}
     ratios = {}
     if torch.cuda.device_count() >= 2:
-        setups["2gpu"] = (2, threads, 1)
+        setups["2gpu"] = (2, threads, 1, False)
         ratios["weak_scaling_efficiency"] = lambda r: r["2gpu"]["samples_per_s"] / (2 * r["1gpu"]["samples_per_s"])
     return scaling(setups, data, work, args, ratios) | {"gpus": torch.cuda.device_count(),
                                                         "gpu": torch.cuda.get_device_name(0)}
@@ -155,6 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--log-interval", type=int, default=50, help="steps per measured window")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-cpu", action="store_true", help="skip the gloo setups (on a GPU machine: nccl only)")
+    parser.add_argument("--no-realtime", action="store_true", help="skip the setups under the real-time scheduler")
     parser.add_argument("bc_options", nargs="*", help="after --: options for every bc.py run")
     args = parser.parse_args(argv)
     if args.no_cpu and not torch.cuda.is_available():
@@ -167,7 +181,8 @@ def main(argv: list[str] | None = None) -> dict:
             data = work / "fleet"
             run_collection(CollectConfig(robots=args.robots, episodes=args.episodes, task=args.task, out=str(data),
                                          quiet=True))
-        cpu = None if args.no_cpu else mlp_scaling(data, work, args)
+        realtime = not args.no_realtime and realtime_permitted()
+        cpu = None if args.no_cpu else mlp_scaling(data, work, args, realtime)
         gpu = gpu_scaling(data, work, args)
     finally:
         shutil.rmtree(work)
@@ -181,7 +196,8 @@ def main(argv: list[str] | None = None) -> dict:
               "mlp_scaling": cpu, "gpu_scaling": gpu}
     header = ["date", "code", "device", "job", "bc.py options", "steps", "1 rank x1 samples/s", "1 rank x2 samples/s",
               "2 ranks samples/s", "2 procs samples/s", "sync eff 2 ranks", "weak scaling", "machine 2 procs",
-              "2 ranks / 2 procs", "2 ranks / 1 rank x2"]
+              "2 ranks / 2 procs", "2 ranks / 1 rank x2", "sync eff 2 ranks (fifo)", "weak scaling (fifo)",
+              "2 ranks / 2 procs (fifo)"]
     rows = []
     if cpu is not None:
         best, ratios = cpu["best"], cpu["ratios"]
@@ -190,14 +206,16 @@ def main(argv: list[str] | None = None) -> dict:
                      round(best["2r1t"]["samples_per_s"]), round(best["2p1t"]["samples_per_s"]),
                      f"{best['2r1t']['sync_efficiency']:.2f}", f"{ratios['weak_scaling_efficiency']:.2f}",
                      f"{ratios['machine_two_processes']:.2f}", f"{ratios['two_ranks_vs_two_processes']:.2f}",
-                     f"{ratios['two_ranks_vs_two_threads']:.2f}"])
+                     f"{ratios['two_ranks_vs_two_threads']:.2f}",
+                     *((f"{best['2r1t_fifo']['sync_efficiency']:.2f}", f"{ratios['weak_scaling_efficiency_fifo']:.2f}",
+                        f"{ratios['two_ranks_vs_two_processes_fifo']:.2f}") if "2r1t_fifo" in best else ["–"] * 3)])
     if gpu is not None:
         two = gpu["best"].get("2gpu")
         two_gpus = ([round(two["samples_per_s"]), "–", f"{two['sync_efficiency']:.2f}",
                      f"{gpu['ratios']['weak_scaling_efficiency']:.2f}"] if two else ["–"] * 4)
         backend = "nccl" if two else "1 process"  # one GPU: no DDP, so no nccl either
         rows.append([machine["date"], machine["code_version"], f"{gpu['gpus']}x {gpu['gpu']} ({backend})", job, options,
-                     args.steps, round(gpu["best"]["1gpu"]["samples_per_s"]), "–", *two_gpus, "–", "–", "–"])
+                     args.steps, round(gpu["best"]["1gpu"]["samples_per_s"]), "–", *two_gpus, *["–"] * 6])
     # A GPU-only run keeps its own JSON (the CPU figures stay in train_speed.json); the table is shared.
     publish("train_speed" if cpu is not None else "train_speed_gpu", result, header, rows, args, table="train_speed")
     return result

@@ -3,6 +3,7 @@
 import json
 
 from benchmarks import train_speed
+from benchmarks.common import realtime_permitted
 
 
 def test_train_speed_measures_one_and_two_ranks(pick_place_fleet, tmp_path):
@@ -11,10 +12,14 @@ def test_train_speed_measures_one_and_two_ranks(pick_place_fleet, tmp_path):
                                "--results-dir", str(tmp_path), "--tables", str(tables),
                                "--", "--batch-size", "32", "--hidden", "32", "32"])
     scaling = result["mlp_scaling"]
-    assert set(scaling["best"]) == {"1r1t", "1r2t", "2r1t", "2p1t"}
+    # Side by side under the real-time scheduler wherever this user may use it.
+    realtime = {"1r1t_fifo", "2r1t_fifo", "2p1t_fifo"} if realtime_permitted() else set()
+    assert set(scaling["best"]) == {"1r1t", "1r2t", "2r1t", "2p1t"} | realtime
+    assert all(setup["realtime"] == name.endswith("_fifo") for name, setup in scaling["setups"].items())
     assert all(figures["samples_per_s"] > 0 for figures in scaling["best"].values())
     assert scaling["best"]["1r1t"]["sync_efficiency"] == 1.0
     assert 0 < scaling["best"]["2r1t"]["sync_efficiency"] < 1
     assert scaling["ratios"]["weak_scaling_efficiency"] > 0
+    assert ("weak_scaling_efficiency_fifo" in scaling["ratios"]) == bool(realtime)
     assert json.loads((tmp_path / "train_speed.json").read_text())["mlp_scaling"]["ratios"] == scaling["ratios"]
     assert "| cpu (gloo) | fleet | --batch-size 32 --hidden 32 32 | 4 |" in tables.read_text()
