@@ -9,6 +9,7 @@ import platform
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,6 +23,8 @@ TABLES = BENCHMARKS / "README.md"
 # Prefix for a command to run under the real-time FIFO scheduler: its threads then run the moment they
 # are woken, instead of queueing behind other runnable threads (docs/training.md, Speed).
 REALTIME = ["chrt", "--fifo", "1"]
+# For every torchrun job: torchrun's restarts can hang with the shared rendezvous store.
+TORCHRUN_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 def machine_facts() -> dict:
@@ -44,6 +47,15 @@ def machine_facts() -> dict:
 def realtime_permitted() -> bool:
     """Whether this user may start processes under ``REALTIME`` (root, CAP_SYS_NICE or an rtprio limit)."""
     return shutil.which("chrt") is not None and subprocess.run([*REALTIME, "true"], capture_output=True).returncode == 0
+
+
+def python_command(ranks: int = 1, torchrun: bool = False, realtime: bool = False) -> list[str]:
+    """The start of a command that runs a Python script or module: under torchrun with ``ranks``
+    processes when ``ranks > 1`` or ``torchrun`` (DDP with one rank), under ``REALTIME`` when ``realtime``."""
+    command = [*(REALTIME if realtime else []), sys.executable]
+    if ranks > 1 or torchrun:
+        command += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
+    return command
 
 
 def rate(step: Callable[[], object], seconds: float, warmup: int = 20) -> float:

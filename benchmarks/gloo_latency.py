@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from benchmarks.common import REALTIME, benchmark_parser, machine_facts, publish, realtime_permitted
+from benchmarks.common import TORCHRUN_ENV, benchmark_parser, machine_facts, publish, python_command, realtime_permitted
 
 SIZES = {"10 floats": 10, "mlp gradients (100k floats)": 100_000}
 OPERATIONS = ("all_reduce", "exchange", "all_gather", "broadcast", "barrier")
@@ -94,11 +94,9 @@ def run_ranks(iterations: int, rounds: int, realtime: bool) -> dict:
     """The 2-rank job under torchrun (under ``chrt --fifo`` when ``realtime``): rank 0's figures."""
     with tempfile.TemporaryDirectory(prefix="robofleet-gloo-") as scratch:
         out = Path(scratch) / "milliseconds.json"
-        command = [*(REALTIME if realtime else []), sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   "--nproc_per_node=2", "-m", "benchmarks.gloo_latency", "--rank-body", str(iterations), str(rounds),
-                   str(out)]
-        env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-        completed = subprocess.run(command, capture_output=True, text=True, env=env,
+        command = [*python_command(2, realtime=realtime), "-m", "benchmarks.gloo_latency", "--rank-body",
+                   str(iterations), str(rounds), str(out)]
+        completed = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **TORCHRUN_ENV},
                                    cwd=Path(__file__).resolve().parent.parent)
         if completed.returncode != 0:
             raise RuntimeError(f"the 2-rank probe failed:\n{completed.stderr[-3000:]}")

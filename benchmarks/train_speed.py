@@ -42,7 +42,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -50,7 +49,8 @@ import sim  # noqa: F401  (first: it selects headless rendering before mujoco lo
 
 import torch
 
-from benchmarks.common import REALTIME, benchmark_parser, machine_facts, publish, realtime_permitted
+from benchmarks.common import (TORCHRUN_ENV, benchmark_parser, machine_facts, publish, python_command,
+                               realtime_permitted)
 from collect import CollectConfig, run_collection
 from train.monitor import read_records
 
@@ -64,14 +64,11 @@ def start_training(data: Path, out: Path, ranks: int, threads: int, steps: int, 
                    options: list[str], torchrun: bool = False, realtime: bool = False) -> subprocess.Popen:
     """bc.py in the background, under torchrun when ``ranks > 1`` or ``torchrun`` (DDP with one rank), and
     under the real-time scheduler when ``realtime``."""
-    launcher = [*(REALTIME if realtime else []), sys.executable]
-    if ranks > 1 or torchrun:
-        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
-    command = [*launcher, str(REPO / "train" / "bc.py"), "--data", str(data), "--out", str(out),
-               "--max-steps", str(steps), "--log-interval", str(log_interval), "--checkpoint-interval", str(steps),
-               "--threads", str(threads), "--no-resume", *options]
-    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    command = [*python_command(ranks, torchrun, realtime), str(REPO / "train" / "bc.py"), "--data", str(data),
+               "--out", str(out), "--max-steps", str(steps), "--log-interval", str(log_interval),
+               "--checkpoint-interval", str(steps), "--threads", str(threads), "--no-resume", *options]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **TORCHRUN_ENV}, cwd=REPO)
 
 
 def train_figures(data: Path, work: Path, ranks: int, threads: int, runs: int, realtime: bool, steps: int,
