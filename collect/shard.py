@@ -38,7 +38,9 @@ from pathlib import Path
 import numpy as np
 import zarr
 from zarr.api import asynchronous as zarr_async
+from zarr.abc.store import ByteRequest
 from zarr.codecs import BloscCodec, ZstdCodec
+from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.core.sync import sync  # runs a coroutine on zarr's own IO event loop
 
 SCHEMA_VERSION = 1
@@ -74,6 +76,23 @@ def _array_layout(feature: dict) -> dict:
     return {"chunks": (FRAMES_PER_CHUNK, *shape), "compressors": ZstdCodec(level=3)}
 
 
+class InlineLocalStore(zarr.storage.LocalStore):
+    """zarr's LocalStore, doing its reads and writes inline on zarr's event loop.
+
+    LocalStore hands every file read and write to a thread (``asyncio.to_thread``). A
+    shard's files are small and local, so on the 2-core VM that hand-off costs as much
+    as the file operation itself: about 60 of them a robot, 7 ms of its 30 ms of store
+    work. Writes stay atomic (``set_sync`` writes a temporary file and renames it).
+    """
+
+    async def get(self, key: str, prototype: BufferPrototype | None = None,
+                  byte_range: ByteRequest | None = None) -> Buffer | None:
+        return self.get_sync(key, prototype=prototype, byte_range=byte_range)
+
+    async def set(self, key: str, value: Buffer) -> None:
+        self.set_sync(key, value)
+
+
 @dataclass
 class EpisodeRecord:
     """A finished episode waiting to be committed."""
@@ -95,8 +114,9 @@ class ShardWriter:
     (released by the kernel if the process dies, even by ``kill -9``), creates the
     store if needed, and removes any uncommitted tail.
 
-    Writes go through zarr's async API: each stage of a commit touches every array
-    concurrently in one call, instead of one blocking round trip per array.
+    Writes go through zarr's async API on an ``InlineLocalStore``: each stage of a
+    commit touches every array in one call to zarr's event loop, instead of one
+    blocking round trip per array.
     """
 
     def __init__(self, path: Path, attrs: dict, features: dict[str, dict]):
@@ -110,7 +130,7 @@ class ShardWriter:
             raise RuntimeError(f"{self.path} is being written by another process") from None
         if not self.path.exists():
             self._create(attrs, features)
-        self.root = sync(zarr_async.open_group(self.path, mode="a"))
+        self.root = sync(zarr_async.open_group(InlineLocalStore(self.path), mode="a"))
         self.data = dict(zip(features, run_concurrently(self.root.getitem(f"data/{name}") for name in features)))
         meta_names = ("episode_ends", *META_FIELDS)
         self.meta = dict(zip(meta_names, run_concurrently(self.root.getitem(f"meta/{name}") for name in meta_names)))
@@ -132,7 +152,7 @@ class ShardWriter:
         if building.exists():
             shutil.rmtree(building)  # left by a writer that died while creating
         shutil.copytree(_empty_store_template(features), building)
-        root = sync(zarr_async.open_group(building, mode="a"))
+        root = sync(zarr_async.open_group(InlineLocalStore(building), mode="a"))
         sync(root.update_attributes({**attrs, "schema_version": SCHEMA_VERSION, "features": features,
                                      "failed_episodes": []}))
         os.rename(building, self.path)
@@ -193,7 +213,7 @@ async def _append_each(pairs) -> None:
 
 
 async def _build_skeleton(path: Path, features: dict[str, dict]) -> None:
-    root = await zarr_async.open_group(path, mode="w")
+    root = await zarr_async.open_group(InlineLocalStore(path), mode="w")
     data, meta = await asyncio.gather(root.create_group("data"), root.create_group("meta"))
     await asyncio.gather(
         *(data.create_array(name, shape=(0, *feature["shape"]), dtype=storage_dtype(feature), **_array_layout(feature))

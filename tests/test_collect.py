@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import zarr
 
-from collect.shard import FRAMES_PER_CHUNK, SCHEMA_VERSION
+from collect.shard import FRAMES_PER_CHUNK, SCHEMA_VERSION, InlineLocalStore, read_progress
 from collect_helpers import (REPO, assert_same_stores, collect_command, collected, interrupt, run_collect,
                              start_collect, subprocess_env, wait_for_episodes)
 from dataset import FleetStore
@@ -57,6 +57,8 @@ def test_manifest_records_config_counts_and_features(small_fleet):
         entry = manifest["robots"][str(robot)]
         assert entry["episodes"] == store.num_episodes_of(robot) == 4
         assert entry["site"] == make_robot(robot).site
+        on_disk = read_progress(small_fleet / f"robot_{robot:04d}.zarr")  # the end's counts came from the tasks
+        assert (entry["frames"], entry["failed"]) == (on_disk.frames, len(on_disk.failed_indices))
 
 
 def test_fleet_store_reads_episodes_and_verifies_clean(small_fleet):
@@ -210,3 +212,18 @@ def test_camera_images_are_stored_as_compressed_uint8(tmp_path):
     array = zarr.open_group(out / "robot_0000.zarr", mode="r")["data/observation.images.front"]
     assert array.chunks == (32, 32, 32, 3)
     assert type(array.compressors[0]).__name__ == "BloscCodec"
+
+
+def test_the_inline_store_writes_the_same_files_as_zarrs_local_store(tmp_path):
+    values = np.arange(3000, dtype=np.float32).reshape(1500, 2)
+    for name, store in (("threaded", zarr.storage.LocalStore(tmp_path / "threaded")),
+                        ("inline", InlineLocalStore(tmp_path / "inline"))):
+        array = zarr.create_array(store, name="data/x", shape=(0, 2), chunks=(1024, 2), dtype="float32")
+        array.append(values)
+        array.attrs["written_by"] = "test"
+    files = {name: {p.relative_to(tmp_path / name): p.read_bytes()
+                    for p in (tmp_path / name).rglob("*") if p.is_file()} for name in ("threaded", "inline")}
+    assert files["inline"] == files["threaded"] and len(files["inline"]) == 5  # 3 zarr.json, 2 chunks
+    reopened = zarr.open_array(InlineLocalStore(tmp_path / "inline", read_only=True), path="data/x")
+    np.testing.assert_array_equal(reopened[:], values)
+    assert InlineLocalStore(tmp_path / "inline").get_sync("data/x/c/9/0") is None  # a chunk never written
