@@ -35,20 +35,25 @@ def run_episode(
     observation, info = env.reset(seed=seed)
     if reset_policy is not None:
         reset_policy(seed)
-    columns: dict[str, list] = {}
+    # One append per list per step, stacked once at the end: the cheapest way to record here.
+    observations, actions, rewards, successes = [], [], [], []
     success, length = bool(info.get("is_success", False)), 0
     while True:
         action = np.asarray(policy(observation), dtype=np.float32)
         next_observation, reward, terminated, truncated, info = env.step(action)
         success, length = bool(info["is_success"]), length + 1
         if record:
-            for key, value in observation.items():
-                columns.setdefault(key, []).append(value)
-            columns.setdefault("action", []).append(action)
-            columns.setdefault("next.reward", []).append(np.float32(reward))
-            columns.setdefault("next.success", []).append(success)
+            observations.append(observation)
+            actions.append(action)
+            rewards.append(reward)
+            successes.append(success)
         observation = next_observation
         if terminated or truncated:
             break
-    frames = {key: np.stack(values) for key, values in columns.items()}
+    frames = {}
+    if record:
+        frames = {key: np.stack([step[key] for step in observations]) for key in observations[0]}
+        frames["action"] = np.stack(actions)
+        frames["next.reward"] = np.array(rewards, dtype=np.float32)
+        frames["next.success"] = np.array(successes, dtype=bool)
     return Episode(seed=seed, success=success, length=length, frames=frames)
