@@ -159,7 +159,7 @@ def run_collection(config: CollectConfig) -> CollectionSummary:
             client.cancel(futures)
             client.unsubscribe_topic(PROGRESS_TOPIC)
             progress.close()
-            write_manifest(out, config, spec, features, fps, fleet)
+            write_manifest(out, config, spec, features, fps, fleet, reports)
         wall_seconds = time.perf_counter() - started
     cluster_seconds = time.perf_counter() - entered - wall_seconds
 

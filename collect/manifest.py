@@ -1,8 +1,9 @@
 """OUT/manifest.json and the checks made before anything is written to OUT.
 
 The manifest is rewritten atomically (temp file + ``os.replace``) at the start and
-at the end of every run, so it always parses. Its per-robot counts are read from the
-stores' committed episodes, never from what a run meant to do.
+at the end of every run, so it always parses. Its per-robot counts are the stores'
+committed episodes (read from disk, or reported by the task that just closed the store),
+never what a run meant to do.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import shutil
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterable
 
 from collect.config import CollectConfig
 from collect.shard import SCHEMA_VERSION, read_progress, store_name
+from collect.worker import RobotReport
 from sim.cli import code_version
 from sim.fleet import RobotProfile
 from sim.tasks import TaskSpec
@@ -74,26 +77,37 @@ def create_output(out: Path, config: CollectConfig) -> dict[int, int]:
 
 
 def write_manifest(out: Path, config: CollectConfig, spec: TaskSpec, features: dict, fps: int,
-                   fleet: list[RobotProfile]) -> None:
-    """(Re)write OUT/manifest.json of a collection from the stores that are on disk now."""
+                   fleet: list[RobotProfile], reports: Iterable[RobotReport] = ()) -> None:
+    """(Re)write OUT/manifest.json of a collection from the stores that are on disk now.
+
+    ``reports`` of robots whose tasks just finished give their counts without reading
+    their stores again (about 3 ms a store).
+    """
+    known = {report.robot_id: {"site": report.site, "episodes": report.kept, "frames": report.frames,
+                               "failed": report.failed} for report in reports}
     write_store_manifest(out, task={"name": spec.name, "env_id": spec.env_id}, fps=fps, features=features,
                          seed=config.seed, data_config=config.data_config(),
                          collect_config={**config.__dict__, "cameras": list(config.cameras)},
-                         sites={profile.robot_id: profile.site for profile in fleet})
+                         sites={profile.robot_id: profile.site for profile in fleet}, known=known)
 
 
 def write_store_manifest(out: Path, *, task: dict, fps: int, features: dict, seed: int | None, data_config: dict,
-                         collect_config: dict | None, sites: dict[int, str] | None = None, **extra) -> None:
+                         collect_config: dict | None, sites: dict[int, str] | None = None,
+                         known: dict[int, dict] | None = None, **extra) -> None:
     """(Re)write OUT/manifest.json from the stores on disk now; ``sites`` fills in shards without a profile.
 
-    Shared by ``collect`` and the writers of other fleet stores (e.g. a LeRobot import);
-    ``extra`` keys are added as they are.
+    ``known`` holds the entries ({site, episodes, frames, failed}) of robots whose stores
+    the caller has just closed; the other stores are read. Shared by ``collect`` and the
+    writers of other fleet stores (e.g. a LeRobot import); ``extra`` keys are added as they are.
     """
-    sites = sites or {}
+    sites, known = sites or {}, known or {}
     robots = {}
     for path in sorted(out.glob("robot_*.zarr")):
-        progress = read_progress(path)
         robot_id = int(path.stem.split("_")[1])
+        if robot_id in known:
+            robots[str(robot_id)] = known[robot_id]
+            continue
+        progress = read_progress(path)
         robots[str(robot_id)] = {"site": progress.site or sites.get(robot_id), "episodes": progress.episodes,
                                  "frames": progress.frames, "failed": len(progress.failed_indices)}
     write_json_atomic(out / MANIFEST, {
