@@ -14,8 +14,10 @@ task's scripted expert, with each episode's seed from ``sim.fleet.episode_seed``
   ``AsyncVectorEnv`` (2 sub-processes, lock-step), writing the same shards.
 
 The CPU speed of a shared VM drifts by tens of percent from one minute to the next,
-so every round runs all setups back to back, ratios are taken within a round, and
-the table shows the median ratio over ``--rounds`` rounds (rates: the best round). Writes
+so every round runs all setups back to back and ratios are taken within a round. Each
+collect setup is bracketed by its limit: half the robots' loop runs just before it and
+the other half just after, so a steady drift cancels out of their ratio. The table
+shows the median ratio over ``--rounds`` rounds (rates: the best round). Writes
 benchmarks/results/collect_speed.json and appends to the table in benchmarks/README.md.
 
     python -m benchmarks.collect_speed [--robots 16] [--episodes 30] [--task pick_place]
@@ -28,6 +30,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import sim  # first: it selects headless rendering before mujoco loads
 
@@ -55,25 +58,39 @@ def expert_loop(task: str, robot_ids: list[int], episodes: int) -> tuple[int, fl
     return steps, time.perf_counter() - start
 
 
-def measure_limit(task: str, robots: int, episodes: int, processes: int) -> float:
-    """Steps per second; with several processes, timed inside each (spawn and imports excluded)."""
-    groups = [list(range(robots))[i::processes] for i in range(processes)]
+def measure_limit(task: str, robot_ids: list[int], episodes: int, processes: int) -> tuple[int, float]:
+    """(env steps, seconds) of the loop over these robots split over ``processes``.
+
+    With several processes, each is timed inside (spawn and imports excluded) and the
+    slowest one counts.
+    """
+    groups = [robot_ids[i::processes] for i in range(processes)]
     if processes == 1:
-        steps, seconds = expert_loop(task, groups[0], episodes)
-        return steps / seconds
+        return expert_loop(task, groups[0], episodes)
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
         results = pool.starmap(expert_loop, [(task, group, episodes) for group in groups])
-    return sum(steps for steps, _ in results) / max(seconds for _, seconds in results)
+    return sum(steps for steps, _ in results), max(seconds for _, seconds in results)
 
 
-def measure_collect(task: str, robots: int, episodes: int, workers: int) -> dict:
+def bracketed_by_limit(task: str, robots: int, episodes: int, processes: int,
+                       setup: Callable[[], float]) -> tuple[float, float]:
+    """(setup's rate, the limit's rate): the limit's even robots just before ``setup()``, odd ones just after."""
+    before = measure_limit(task, list(range(0, robots, 2)), episodes, processes)
+    rate = setup()
+    after = measure_limit(task, list(range(1, robots, 2)), episodes, processes)
+    return rate, (before[0] + after[0]) / (before[1] + after[1])
+
+
+def measure_collect(task: str, robots: int, episodes: int, workers: int, cluster_seconds: list[float]) -> float:
+    """Steps per second of ``collect`` on a fresh LocalCluster; its start and stop go to ``cluster_seconds``."""
     out = Path(tempfile.mkdtemp(prefix="robofleet-bench-"))
     try:
         summary = run_collection(CollectConfig(robots=robots, episodes=episodes, task=task, out=str(out / "fleet"),
                                                workers=workers, quiet=True))
     finally:
         shutil.rmtree(out)
-    return {"steps_per_s": summary.steps / summary.wall_seconds, "cluster_s": summary.cluster_seconds}
+    cluster_seconds.append(summary.cluster_seconds)
+    return summary.steps / summary.wall_seconds
 
 
 def _vector_pair(task: str, profiles: list, episodes: int, out: Path) -> int:
@@ -139,22 +156,19 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--robots", type=int, default=16)
     parser.add_argument("--episodes", type=int, default=30)
     parser.add_argument("--task", default="pick_place")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     job = (args.task, args.robots, args.episodes)
 
     rounds: list[dict[str, float]] = []
     cluster = []
     for _ in range(args.rounds):
-        rates = {
-            "limit": measure_limit(*job, processes=1),
-            "limit_2proc": measure_limit(*job, processes=2),
-            "vector_2env": measure_vector(*job),
-        }
-        for workers in (1, 2):
-            measured = measure_collect(*job, workers=workers)
-            rates[f"collect_{workers}w"] = measured["steps_per_s"]
-            cluster.append(measured["cluster_s"])
+        rates = {}
+        rates["collect_1w"], rates["limit"] = bracketed_by_limit(
+            *job, processes=1, setup=lambda: measure_collect(*job, workers=1, cluster_seconds=cluster))
+        rates["collect_2w"], rates["limit_2proc"] = bracketed_by_limit(
+            *job, processes=2, setup=lambda: measure_collect(*job, workers=2, cluster_seconds=cluster))
+        rates["vector_2env"] = measure_vector(*job)
         rounds.append(rates)
 
     ratios = {
