@@ -40,8 +40,10 @@ import zarr
 from zarr.api import asynchronous as zarr_async
 from zarr.abc.store import ByteRequest
 from zarr.codecs import BloscCodec, ZstdCodec
+from zarr.core.array_spec import ArraySpec
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.core.sync import sync  # runs a coroutine on zarr's own IO event loop
+from zarr.registry import fully_qualified_name, register_codec
 
 SCHEMA_VERSION = 1
 FRAMES_PER_CHUNK = 1024  # low-dim features: ~80 KB chunks; a training window reads one or two
@@ -93,6 +95,28 @@ class InlineLocalStore(zarr.storage.LocalStore):
         self.set_sync(key, value)
 
 
+class InlineZstdCodec(ZstdCodec):
+    """zarr's ZstdCodec, compressing inline on zarr's event loop instead of in a thread.
+
+    The same trade as ``InlineLocalStore``: a low-dim chunk compresses in tens of
+    microseconds, less than the thread hand-off. Its metadata is plain ``zstd``, so any
+    zarr reader opens what it writes.
+    """
+
+    async def _encode_single(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer | None:
+        return self._encode_sync(chunk_bytes, chunk_spec)
+
+    async def _decode_single(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer:
+        return self._decode_sync(chunk_bytes, chunk_spec)
+
+
+register_codec("zstd", InlineZstdCodec)  # selectable by name; zarr's default stays its own ZstdCodec
+# The zarr settings a writer opens its arrays with: zstd inline, and every chunk written even
+# when all of it equals the fill value (zarr's check for that compares the whole chunk on each
+# write). Together they take an append from 1.9 to 1.1 ms.
+WRITER_ZARR_CONFIG = {"codecs.zstd": fully_qualified_name(InlineZstdCodec), "array.write_empty_chunks": True}
+
+
 @dataclass
 class EpisodeRecord:
     """A finished episode waiting to be committed."""
@@ -114,9 +138,9 @@ class ShardWriter:
     (released by the kernel if the process dies, even by ``kill -9``), creates the
     store if needed, and removes any uncommitted tail.
 
-    Writes go through zarr's async API on an ``InlineLocalStore``: each stage of a
-    commit touches every array in one call to zarr's event loop, instead of one
-    blocking round trip per array.
+    Writes go through zarr's async API on an ``InlineLocalStore``, with the arrays opened
+    under ``WRITER_ZARR_CONFIG``: each stage of a commit touches every array in one call
+    to zarr's event loop, instead of one blocking round trip per array.
     """
 
     def __init__(self, path: Path, attrs: dict, features: dict[str, dict]):
@@ -128,13 +152,18 @@ class ShardWriter:
         except BlockingIOError:
             self._lock.close()
             raise RuntimeError(f"{self.path} is being written by another process") from None
-        if not self.path.exists():
+        created = not self.path.exists()
+        if created:
             self._create(attrs, features)
-        self.root = sync(zarr_async.open_group(InlineLocalStore(self.path), mode="a"))
-        self.data = dict(zip(features, run_concurrently(self.root.getitem(f"data/{name}") for name in features)))
-        meta_names = ("episode_ends", *META_FIELDS)
-        self.meta = dict(zip(meta_names, run_concurrently(self.root.getitem(f"meta/{name}") for name in meta_names)))
-        self._cut_uncommitted_tail()
+        with zarr.config.set(WRITER_ZARR_CONFIG):  # the arrays keep these settings once opened
+            self.root = sync(zarr_async.open_group(InlineLocalStore(self.path), mode="a"))
+            self.data = dict(zip(features, run_concurrently(self.root.getitem(f"data/{n}") for n in features)))
+            meta_names = ("episode_ends", *META_FIELDS)
+            self.meta = dict(zip(meta_names, run_concurrently(self.root.getitem(f"meta/{n}") for n in meta_names)))
+        if created:
+            self.num_episodes = self.num_frames = 0
+        else:
+            self._cut_uncommitted_tail()
 
     def __enter__(self) -> ShardWriter:
         return self
@@ -172,6 +201,8 @@ class ShardWriter:
 
     def done_indices(self) -> set[int]:
         """Attempt indices already settled: committed episodes plus recorded failures."""
+        if self.num_episodes == 0:
+            return set(self.failed_indices)
         committed = sync(self.meta["episode_index"].getitem(slice(0, self.num_episodes))).tolist()
         return set(committed) | set(self.failed_indices)
 

@@ -233,7 +233,8 @@ def _read_rows(array: zarr.Array, rows: list[tuple[int, int, list[str]]]) -> Ite
 def _may_be_absent(path: str, episodes: range) -> bool:
     """Whether a chunk may be missing because all its values equal the fill value.
 
-    zarr does not store such chunks (``write_empty_chunks`` is off by default), so a missing
+    zarr's default writer leaves such chunks out (``write_empty_chunks`` is off by default;
+    collect turns it on, but a shard may be rewritten by other zarr code), so a missing
     chunk is only damage where zeros are impossible: observations and actions (continuous
     signals and images), episode ends, lengths and seeds, and the attempt indices of two or
     more episodes (they are distinct). A lone episode's index may be 0; step signals

@@ -6,8 +6,10 @@ import subprocess
 import numpy as np
 import pytest
 import zarr
+from zarr.codecs import ZstdCodec
 
-from collect.shard import FRAMES_PER_CHUNK, SCHEMA_VERSION, InlineLocalStore, read_progress
+from collect.shard import (FRAMES_PER_CHUNK, SCHEMA_VERSION, WRITER_ZARR_CONFIG, InlineLocalStore, InlineZstdCodec,
+                           read_progress)
 from collect_helpers import (REPO, assert_same_stores, collect_command, collected, interrupt, run_collect,
                              start_collect, subprocess_env, wait_for_episodes)
 from dataset import FleetStore
@@ -214,16 +216,20 @@ def test_camera_images_are_stored_as_compressed_uint8(tmp_path):
     assert type(array.compressors[0]).__name__ == "BloscCodec"
 
 
-def test_the_inline_store_writes_the_same_files_as_zarrs_local_store(tmp_path):
+def test_the_writers_inline_store_and_codec_write_the_same_files_as_zarrs_own(tmp_path):
     values = np.arange(3000, dtype=np.float32).reshape(1500, 2)
-    for name, store in (("threaded", zarr.storage.LocalStore(tmp_path / "threaded")),
-                        ("inline", InlineLocalStore(tmp_path / "inline"))):
-        array = zarr.create_array(store, name="data/x", shape=(0, 2), chunks=(1024, 2), dtype="float32")
+    for name, store, config in (("threaded", zarr.storage.LocalStore(tmp_path / "threaded"), {}),
+                                ("inline", InlineLocalStore(tmp_path / "inline"), WRITER_ZARR_CONFIG)):
+        zarr.create_array(store, name="data/x", shape=(0, 2), chunks=(1024, 2), dtype="float32")
+        with zarr.config.set(config):  # as the writer does: settings apply to arrays opened under them
+            array = zarr.open_array(store, path="data/x", mode="a")
+        assert isinstance(array.compressors[0], InlineZstdCodec) == (name == "inline")
         array.append(values)
         array.attrs["written_by"] = "test"
     files = {name: {p.relative_to(tmp_path / name): p.read_bytes()
                     for p in (tmp_path / name).rglob("*") if p.is_file()} for name in ("threaded", "inline")}
     assert files["inline"] == files["threaded"] and len(files["inline"]) == 5  # 3 zarr.json, 2 chunks
+    assert type(zarr.open_array(tmp_path / "inline", path="data/x").compressors[0]) is ZstdCodec  # a plain zstd array
     reopened = zarr.open_array(InlineLocalStore(tmp_path / "inline", read_only=True), path="data/x")
     np.testing.assert_array_equal(reopened[:], values)
     assert InlineLocalStore(tmp_path / "inline").get_sync("data/x/c/9/0") is None  # a chunk never written
