@@ -155,7 +155,9 @@ class ShardWriter:
         created = not self.path.exists()
         if created:
             self._create(attrs, features)
-        with zarr.config.set(WRITER_ZARR_CONFIG):  # the arrays keep these settings once opened
+        # The arrays keep these settings once opened. zarr's config is process-wide: writers opening in
+        # several threads at once could leave it set, which changes speed and empty chunks, never values.
+        with zarr.config.set(WRITER_ZARR_CONFIG):
             self.root = sync(zarr_async.open_group(InlineLocalStore(self.path), mode="a"))
             self.data = dict(zip(features, run_concurrently(self.root.getitem(f"data/{n}") for n in features)))
             meta_names = ("episode_ends", *META_FIELDS)
