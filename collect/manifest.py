@@ -76,6 +76,11 @@ def create_output(out: Path, config: CollectConfig) -> dict[int, int]:
     return settled
 
 
+def _robot_entry(site: str | None, episodes: int, frames: int, failed: int) -> dict:
+    """One robot's entry in the manifest: its site and committed counts."""
+    return {"site": site, "episodes": episodes, "frames": frames, "failed": failed}
+
+
 def write_manifest(out: Path, config: CollectConfig, spec: TaskSpec, features: dict, fps: int,
                    fleet: list[RobotProfile], reports: Iterable[RobotReport] = ()) -> None:
     """(Re)write OUT/manifest.json of a collection from the stores that are on disk now.
@@ -83,8 +88,8 @@ def write_manifest(out: Path, config: CollectConfig, spec: TaskSpec, features: d
     ``reports`` of robots whose tasks just finished give their counts without reading
     their stores again (about 3 ms a store).
     """
-    known = {report.robot_id: {"site": report.site, "episodes": report.kept, "frames": report.frames,
-                               "failed": report.failed} for report in reports}
+    known = {report.robot_id: _robot_entry(report.site, report.kept, report.frames, report.failed)
+             for report in reports}
     write_store_manifest(out, task={"name": spec.name, "env_id": spec.env_id}, fps=fps, features=features,
                          seed=config.seed, data_config=config.data_config(),
                          collect_config={**config.__dict__, "cameras": list(config.cameras)},
@@ -108,8 +113,8 @@ def write_store_manifest(out: Path, *, task: dict, fps: int, features: dict, see
             robots[str(robot_id)] = known[robot_id]
             continue
         progress = read_progress(path)
-        robots[str(robot_id)] = {"site": progress.site or sites.get(robot_id), "episodes": progress.episodes,
-                                 "frames": progress.frames, "failed": len(progress.failed_indices)}
+        robots[str(robot_id)] = _robot_entry(progress.site or sites.get(robot_id), progress.episodes,
+                                             progress.frames, len(progress.failed_indices))
     write_json_atomic(out / MANIFEST, {
         "schema_version": SCHEMA_VERSION,
         "task": task,
