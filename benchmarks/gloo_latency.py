@@ -1,15 +1,18 @@
-"""What one gloo collective costs between 2 ranks on this machine, with nothing else running.
+"""What one gloo collective costs between 2 ranks on this machine, with nothing else running,
+and what our socket ring's all-reduce costs beside it.
 
-train_speed's 2-rank runs lose a third or more of their step to exposed communication
-(docs/training.md, Speed). This separates the collective's own cost from waiting for
-the other rank: two processes under torchrun, idle apart from the collective, time each
+With gloo's all-reduce, train_speed's 2-rank runs lost a third or more of their step to
+exposed communication (docs/training.md, Speed). This separates the collective's own
+cost from waiting for the other rank: two processes under torchrun, idle apart from the collective, time each
 of ``--iterations`` calls of each operation (after a warm-up), for a tiny tensor and for
 one the size of the default mlp's gradients (~100 k float32):
 
 - ``all_reduce``: what DDP calls for every gradient bucket;
 - ``exchange``: each rank ``isend``s its tensor to the other and ``irecv``s the other's
   (``batch_isend_irecv``), then adds: the same sum for 2 ranks, built from point-to-point;
-- ``all_gather``, ``broadcast`` and ``barrier``, for scale.
+- ``all_gather``, ``broadcast`` and ``barrier``, for scale;
+- ``ring``: ``train.socket_ring.SocketRing.all_reduce_``, the transport of bc.py's default
+  comm hook on CPU (``ring``), which the training thread runs itself.
 
 It reports the mean, median and 90th percentile of the calls (rank 0's, pooled over
 ``--rounds`` rounds): a mean far above the median means a few calls wait much longer
@@ -38,12 +41,13 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.common import TORCHRUN_ENV, benchmark_parser, machine_facts, publish, python_command, realtime_permitted
+from train.socket_ring import SocketRing
 
 SIZES = {"10 floats": 10, "mlp gradients (100k floats)": 100_000}
-OPERATIONS = ("all_reduce", "exchange", "all_gather", "broadcast", "barrier")
+OPERATIONS = ("all_reduce", "exchange", "all_gather", "broadcast", "barrier", "ring")
 
 
-def collectives(tensor: torch.Tensor) -> dict:
+def collectives(tensor: torch.Tensor, ring: SocketRing) -> dict:
     """One call of each operation on ``tensor`` (this process is rank 0 or 1 of 2)."""
     peer = 1 - dist.get_rank()
     received = torch.empty_like(tensor)
@@ -57,16 +61,18 @@ def collectives(tensor: torch.Tensor) -> dict:
 
     return {"all_reduce": lambda: dist.all_reduce(tensor), "exchange": exchange,
             "all_gather": lambda: dist.all_gather_into_tensor(gathered, tensor),
-            "broadcast": lambda: dist.broadcast(tensor, 0), "barrier": dist.barrier}
+            "broadcast": lambda: dist.broadcast(tensor, 0), "barrier": dist.barrier,
+            "ring": lambda: ring.all_reduce_(tensor)}
 
 
 def measure_ranks(iterations: int, rounds: int, out: Path) -> None:
     """The body of each torchrun rank: rank 0 writes ``{size: {operation: {mean, median, p90}}}`` (ms) to ``out``."""
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
+    ring = SocketRing()
     milliseconds = {}
     for size_name, size in SIZES.items():
-        calls = collectives(torch.zeros(size))  # zeros: the sums stay 0
+        calls = collectives(torch.zeros(size), ring)  # zeros: the sums stay 0
         durations = {operation: [] for operation in OPERATIONS}
         for _ in range(rounds):
             for operation, call in calls.items():
@@ -122,15 +128,16 @@ def main(argv: list[str] | None = None) -> dict:
                       "schedulers": list(schedulers)},
               "milliseconds_per_call": milliseconds}
     header = ["date", "code", "scheduler", "tensor", "all_reduce ms (mean / median / p90)",
-              "exchange ms (mean / median / p90)", *(f"{operation} ms" for operation in OPERATIONS[2:]),
-              "all_reduce / exchange"]
+              "exchange ms (mean / median / p90)", *(f"{operation} ms" for operation in OPERATIONS[2:5]),
+              "all_reduce / exchange", "ring ms (mean / median / p90)", "all_reduce / ring"]
 
     def spread(figures: dict) -> str:
         return f"{figures['mean']} / {figures['median']} / {figures['p90']}"
 
     rows = [[machine["date"], machine["code_version"], scheduler, size, spread(times["all_reduce"]),
-             spread(times["exchange"]), *(times[operation]["mean"] for operation in OPERATIONS[2:]),
-             f"{times['all_reduce']['mean'] / times['exchange']['mean']:.1f}"]
+             spread(times["exchange"]), *(times[operation]["mean"] for operation in OPERATIONS[2:5]),
+             f"{times['all_reduce']['mean'] / times['exchange']['mean']:.1f}", spread(times["ring"]),
+             f"{times['all_reduce']['mean'] / times['ring']['mean']:.1f}"]
             for scheduler, by_size in milliseconds.items() for size, times in by_size.items()]
     publish("gloo_latency", result, header, rows, args)
     return result

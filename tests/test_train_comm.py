@@ -10,16 +10,17 @@ import torch
 import torch.distributed as dist
 
 from collect_helpers import REPO
-from train.comm_hooks import bf16_all_reduce_error
+from train.comm_hooks import bf16_all_reduce_error, resolve_comm_hook
 from train_helpers import metrics, train, train_env
 
 PROBE = REPO / "tests" / "comm_hook_probe.py"
+RING_PROBE = REPO / "tests" / "ring_probe.py"
 
 
 def test_comm_hooks_average_gradients_within_their_precision(tmp_path):
     """Several buckets per backward, ranks with different gradients; errors against the exact mean.
 
-    Tolerances, relative to the largest gradient g: none is exact up to float rounding;
+    Tolerances, relative to the largest gradient g: none and ring are exact up to float rounding;
     fp16 keeps 11 significant bits and bf16 8 (one rounding each way: 2^-10 and 2^-7 of g);
     int8 is within half a quantisation step at the coarsest block scale, g / 254 (the
     bound train/compression.py guarantees per rank, so also for their mean); PowerSGD is a
@@ -31,17 +32,41 @@ def test_comm_hooks_average_gradients_within_their_precision(tmp_path):
                                cwd=REPO, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
     hooks = json.loads((tmp_path / "hooks.json").read_text())
-    assert set(hooks) == {"none", "fp16", "bf16", "powersgd", "int8"}
+    assert set(hooks) == {"none", "ring", "fp16", "bf16", "powersgd", "int8"}
     assert all(result["finite"] and result["ranks_agree"] for result in hooks.values()), hooks
     largest = hooks["none"]["max_gradient"]
     assert hooks["none"]["max_error"] <= 1e-6 * largest
+    assert hooks["ring"]["max_error"] <= 1e-6 * largest
     assert hooks["fp16"]["max_error"] <= 2**-10 * largest
     assert hooks["bf16"]["max_error"] <= 2**-7 * largest
     assert hooks["int8"]["max_error"] <= largest / 254
     assert 0 < hooks["powersgd"]["max_error"] < largest
 
 
+def test_the_socket_ring_sums_like_gloo_on_three_ranks_and_fails_cleanly(tmp_path):
+    """Three ranks (a real ring: each rank's two neighbours differ), sizes below the rank count included.
+
+    Three values summed in two roundings stay within 2 epsilon of the largest sum; each
+    chunk is summed on one rank, so every rank must hold the same bytes. A rank left alone
+    times out, and a rank that closes its connections makes the others raise, not hang.
+    """
+    completed = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=3",
+                                str(RING_PROBE), str(tmp_path)], capture_output=True, text=True, env=train_env(),
+                               cwd=REPO, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    results = json.loads((tmp_path / "ring.json").read_text())
+    sums = {case: result for case, result in results.items() if " x " in case}
+    assert len(sums) == 12
+    assert all(result["error_in_eps"] <= 2 and result["ranks_agree"] for result in sums.values()), sums
+    assert results["timeout"] == "ring all-reduce: rank 0 heard nothing from its neighbours for 1 s"
+    # rank 0 hears rank 2 close; rank 1 hears rank 0 close, or fails first sending to rank 2 (a reset)
+    lost_by_rank_0, lost_by_rank_1 = results["lost_neighbour"]
+    assert lost_by_rank_0 == "ConnectionError: ring all-reduce: rank 2 closed its connection to rank 0"
+    assert lost_by_rank_1 is not None
+
+
 @pytest.mark.parametrize("hook, extra", [
+    ("none", ["--grad-accum", "2"]),                           # gloo's all-reduce, into bucket views
     ("fp16", ["--amp", "bf16"]),                               # with bf16 autocast
     ("bf16", ["--lr-scaling", "linear"]),                      # 32 x 2 ranks: lr x 64 / 256
     ("powersgd", ["--grad-accum", "2", "--warmup-steps", "2"]),  # compressing from the third step
@@ -76,3 +101,11 @@ def test_bf16_hook_names_a_backend_without_bfloat16(monkeypatch):
     assert bf16_all_reduce_error(torch.device("cpu")) == (
         "--comm-hook bf16 is not supported by this torch build's nccl backend (RuntimeError: Unsupported dtype BFloat16); "
         "use fp16")
+
+
+def test_auto_picks_the_ring_on_cpu_and_the_ring_refuses_gpus():
+    assert resolve_comm_hook("auto", torch.device("cpu")) == "ring"
+    assert resolve_comm_hook("auto", torch.device("cuda", 0)) == "none"
+    assert resolve_comm_hook("int8", torch.device("cuda", 0)) == "int8"
+    with pytest.raises(ValueError, match="^--comm-hook ring sums CPU tensors; on GPUs use none \\(nccl\\) or auto$"):
+        resolve_comm_hook("ring", torch.device("cuda", 0))

@@ -3,7 +3,15 @@
 DDP averages gradients bucket by bucket (``--bucket-cap-mb``) while the backward pass is
 still running. A communication hook replaces that all-reduce of float32 buckets:
 
-- ``none``: DDP's own all-reduce.
+- ``auto`` (the default): ``ring`` between CPU ranks, ``none`` on GPUs.
+- ``none``: DDP's own all-reduce (gloo on CPU, nccl on GPU).
+- ``ring``: ours, CPU only (``ring_all_reduce_hook``): the float32 bucket is summed by a
+  ring all-reduce that the training thread runs over direct TCP sockets
+  (``train/socket_ring.py``), which skips gloo's thread hand-offs: on small CPU machines
+  those, not the bytes, are what an all-reduce costs. It blocks the backward pass for
+  its bucket, which costs nothing when the model fits in one bucket (the default mlp);
+  with several buckets it gives up overlapping them with the backward, which on CPU
+  ranks sharing their cores saves little anyway.
 - ``fp16`` / ``bf16``: torch's ``default_hooks.fp16_compress_hook`` / ``bf16_compress_hook``
   cast the bucket to half precision, all-reduce it and cast back (half the bytes). bf16
   needs a backend that all-reduces bfloat16 (NCCL >= 2.10 on a GPU with bf16; gloo in
@@ -27,8 +35,30 @@ from torch.nn.parallel import DistributedDataParallel
 
 from sim.cli import one_line
 from train.compression import dequantize_int8, quantize_int8
+from train.socket_ring import SocketRing
 
-COMM_HOOKS = ("none", "fp16", "bf16", "powersgd", "int8")
+COMM_HOOKS = ("auto", "none", "ring", "fp16", "bf16", "powersgd", "int8")
+
+
+def resolve_comm_hook(name: str, device: torch.device) -> str:
+    """The hook ``name`` stands for on ``device``: ``auto`` becomes ``ring`` on CPU and ``none`` on GPU.
+
+    Raises ``ValueError`` with a one-line message for ``ring`` on a GPU.
+    """
+    if name == "auto":
+        return "ring" if device.type == "cpu" else "none"
+    if name == "ring" and device.type != "cpu":
+        raise ValueError("--comm-hook ring sums CPU tensors; on GPUs use none (nccl) or auto")
+    return name
+
+
+def ring_all_reduce_hook(ring: SocketRing, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Average a gradient bucket over the ranks with ``ring``, on the calling thread; the future is already done."""
+    buffer = bucket.buffer()
+    ring.all_reduce_(buffer).div_(ring.world_size)
+    done = torch.futures.Future()
+    done.set_result(buffer)
+    return done
 
 
 def int8_compress_hook(process_group: dist.ProcessGroup | None,
@@ -88,12 +118,16 @@ def register_comm_hook(model: DistributedDataParallel, name: str, device: torch.
                        powersgd_rank: int = 2, powersgd_start_iter: int = 2) -> None:
     """Make ``model`` send its gradients with hook ``name`` (see the module docstring).
 
-    Raises ``ValueError`` with a one-line message for an unknown name or an unsupported bf16.
-    Every rank must call it (the bf16 check is a collective).
+    Raises ``ValueError`` with a one-line message for an unknown name, an unsupported bf16
+    or ``ring`` on a GPU. Every rank must call it (the bf16 check and ``ring``'s set-up are
+    collectives).
     """
     if name not in COMM_HOOKS:
         raise ValueError(f"unknown comm hook {name!r}; choose from {', '.join(COMM_HOOKS)}")
-    if name == "fp16":
+    name = resolve_comm_hook(name, device)
+    if name == "ring":
+        model.register_comm_hook(SocketRing(), ring_all_reduce_hook)
+    elif name == "fp16":
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
     elif name == "bf16":
         error = bf16_all_reduce_error(device)
