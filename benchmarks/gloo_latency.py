@@ -3,8 +3,8 @@ and what our socket ring's all-reduce costs beside it.
 
 With gloo's all-reduce, train_speed's 2-rank runs lost a third or more of their step to
 exposed communication (docs/training.md, Speed). This separates the collective's own
-cost from waiting for the other rank: two processes under torchrun, idle apart from the collective, time each
-of ``--iterations`` calls of each operation (after a warm-up), for a tiny tensor and for
+cost from waiting for the other rank: two processes under torchrun, idle apart from the
+collective, time each of ``--iterations`` calls of each operation (after a warm-up), for a tiny tensor and for
 one the size of the default mlp's gradients (~100 k float32):
 
 - ``all_reduce``: what DDP calls for every gradient bucket;
@@ -44,7 +44,8 @@ from benchmarks.common import TORCHRUN_ENV, benchmark_parser, machine_facts, pub
 from train.socket_ring import SocketRing
 
 SIZES = {"10 floats": 10, "mlp gradients (100k floats)": 100_000}
-OPERATIONS = ("all_reduce", "exchange", "all_gather", "broadcast", "barrier", "ring")
+SCALE_OPERATIONS = ("all_gather", "broadcast", "barrier")  # the table gives only their mean
+OPERATIONS = ("all_reduce", "exchange", *SCALE_OPERATIONS, "ring")
 
 
 def collectives(tensor: torch.Tensor, ring: SocketRing) -> dict:
@@ -128,14 +129,14 @@ def main(argv: list[str] | None = None) -> dict:
                       "schedulers": list(schedulers)},
               "milliseconds_per_call": milliseconds}
     header = ["date", "code", "scheduler", "tensor", "all_reduce ms (mean / median / p90)",
-              "exchange ms (mean / median / p90)", *(f"{operation} ms" for operation in OPERATIONS[2:5]),
+              "exchange ms (mean / median / p90)", *(f"{operation} ms" for operation in SCALE_OPERATIONS),
               "all_reduce / exchange", "ring ms (mean / median / p90)", "all_reduce / ring"]
 
     def spread(figures: dict) -> str:
         return f"{figures['mean']} / {figures['median']} / {figures['p90']}"
 
     rows = [[machine["date"], machine["code_version"], scheduler, size, spread(times["all_reduce"]),
-             spread(times["exchange"]), *(times[operation]["mean"] for operation in OPERATIONS[2:5]),
+             spread(times["exchange"]), *(times[operation]["mean"] for operation in SCALE_OPERATIONS),
              f"{times['all_reduce']['mean'] / times['exchange']['mean']:.1f}", spread(times["ring"]),
              f"{times['all_reduce']['mean'] / times['ring']['mean']:.1f}"]
             for scheduler, by_size in milliseconds.items() for size, times in by_size.items()]

@@ -181,8 +181,9 @@ class ShardWriter:
         if building.exists():
             shutil.rmtree(building)  # left by a writer that died while creating
         for name, content in _empty_store_files(features).items():
-            (building / name).parent.mkdir(parents=True, exist_ok=True)
-            (building / name).write_bytes(content)
+            target = building / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
         root = sync(zarr_async.open_group(InlineLocalStore(building), mode="a"))
         sync(root.update_attributes({**attrs, "schema_version": SCHEMA_VERSION, "features": features,
                                      "failed_episodes": []}))

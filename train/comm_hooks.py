@@ -115,8 +115,9 @@ def bf16_all_reduce_error(device: torch.device) -> str | None:
 
 
 def register_comm_hook(model: DistributedDataParallel, name: str, device: torch.device,
-                       powersgd_rank: int = 2, powersgd_start_iter: int = 2) -> None:
-    """Make ``model`` send its gradients with hook ``name`` (see the module docstring).
+                       powersgd_rank: int = 2, powersgd_start_iter: int = 2) -> str:
+    """Make ``model`` send its gradients with hook ``name`` (see the module docstring); returns the hook used
+    (``auto`` resolved).
 
     Raises ``ValueError`` with a one-line message for an unknown name, an unsupported bf16
     or ``ring`` on a GPU. Every rank must call it (the bf16 check and ``ring``'s set-up are
@@ -142,3 +143,4 @@ def register_comm_hook(model: DistributedDataParallel, name: str, device: torch.
         model.register_comm_hook(state, in_bucket_order(hook) if dist.get_backend() == "gloo" else hook)
     elif name == "int8":
         model.register_comm_hook(None, int8_compress_hook)
+    return name

@@ -54,7 +54,8 @@ class SocketRing:
         self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
         self.timeout_s = timeout.total_seconds()
         address = reachable_address()
-        with socket.create_server((address, 0), family=socket.AF_INET6 if ":" in address else socket.AF_INET) as listener:
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        with socket.create_server((address, 0), family=family) as listener:
             addresses: list[tuple | None] = [None] * self.world_size
             dist.all_gather_object(addresses, listener.getsockname()[:2], group=group)
             # Connecting completes in the kernel's backlog before the neighbour accepts: no rank waits on another here.
