@@ -14,13 +14,18 @@ ReplayBuffer:
 
 Beside it, the hidden ``OUT/.robot_0042.zarr.lock`` is the writer's lock file.
 
+Chunk keys use zarr's "." separator (``data/action/c.0.0``), so an array's chunks
+sit in its own directory: a store is 13 directories, not 33.
+
 **Commit protocol.** Episodes are committed in batches, and each one only becomes
-visible when complete. The data arrays and the other meta arrays are written
-first. ``meta/episode_ends`` is written last, and its new entries are the commit.
-Every key write of zarr's LocalStore is atomic (temp file + rename), but resizing
-an array writes its metadata before its chunk. So a reader trusts only the leading
-run of strictly increasing positive ``episode_ends``: a trailing 0 is an episode
-mid-commit. On open the writer cuts away anything past the last commit.
+visible when complete. A store appears with its first batch: the writer builds it
+whole in memory, writes it out under a hidden name and renames it into place. Later
+batches are appended in place: the data arrays and the other meta arrays are
+written first. ``meta/episode_ends`` is written last, and its new entries are the
+commit. Every key write of zarr's LocalStore is atomic (temp file + rename), but
+resizing an array writes its metadata before its chunk. So a reader trusts only the
+leading run of strictly increasing positive ``episode_ends``: a trailing 0 is an
+episode mid-commit. On open the writer cuts away anything past the last commit.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ FRAMES_PER_CHUNK = 1024  # low-dim features: ~80 KB chunks; a training window re
 IMAGE_FRAMES_PER_CHUNK = 32  # 96x96x3 images: ~0.9 MB chunks before compression
 META_CHUNK = 4096
 META_FIELDS = ("episode_index", "episode_seed", "episode_success", "episode_length")
+CHUNK_KEYS = {"name": "default", "separator": "."}
 
 
 def store_name(robot_id: int) -> str:
@@ -72,8 +78,8 @@ def _array_layout(feature: dict) -> dict:
     shape = tuple(feature["shape"])
     if feature["dtype"] in ("image", "video"):
         codec = BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")
-        return {"chunks": (IMAGE_FRAMES_PER_CHUNK, *shape), "compressors": codec}
-    return {"chunks": (FRAMES_PER_CHUNK, *shape), "compressors": ZstdCodec(level=3)}
+        return {"chunks": (IMAGE_FRAMES_PER_CHUNK, *shape), "compressors": codec, "chunk_key_encoding": CHUNK_KEYS}
+    return {"chunks": (FRAMES_PER_CHUNK, *shape), "compressors": ZstdCodec(level=3), "chunk_key_encoding": CHUNK_KEYS}
 
 
 class InlineLocalStore(zarr.storage.LocalStore):
@@ -133,8 +139,8 @@ class ShardWriter:
     """The single writer of one robot's store. Use as a context manager.
 
     Opening takes an exclusive ``flock`` on ``.robot_NNNN.zarr.lock`` beside the store
-    (released by the kernel if the process dies, even by ``kill -9``), creates the
-    store if needed, and removes any uncommitted tail.
+    (released by the kernel if the process dies, even by ``kill -9``) and removes any
+    uncommitted tail of an existing store. A new store is created by its first commit.
 
     Writes go through zarr's async API on an ``InlineLocalStore``, with the arrays opened
     under ``WRITER_ZARR_CONFIG``: each stage of a commit touches every array in one call
@@ -150,19 +156,13 @@ class ShardWriter:
         except BlockingIOError:
             self._lock.close()
             raise RuntimeError(f"{self.path} is being written by another process") from None
-        created = not self.path.exists()
-        if created:
-            self._create(attrs, features)
-        # The arrays keep these settings once opened. zarr's config is process-wide: writers opening in
-        # several threads at once could leave it set, which changes speed and empty chunks, never values.
-        with zarr.config.set(WRITER_ZARR_CONFIG):
-            self.root = sync(zarr_async.open_group(InlineLocalStore(self.path), mode="a"))
-            self.data = dict(zip(features, run_concurrently(self.root.getitem(f"data/{n}") for n in features)))
-            meta_names = ("episode_ends", *META_FIELDS)
-            self.meta = dict(zip(meta_names, run_concurrently(self.root.getitem(f"meta/{n}") for n in meta_names)))
-        if created:
-            self.num_episodes = self.num_frames = 0
-        else:
+        self.attrs, self.features = attrs, features
+        self.root = None  # the open store: set when this writer first commits to it or finds it on disk
+        self.num_episodes = self.num_frames = 0
+        self.failed: list[int] = []  # attempt indices dropped as failures
+        if self.path.exists():
+            self._open(InlineLocalStore(self.path))
+            self.failed = list(self.root.attrs.get("failed_episodes", []))
             self._cut_uncommitted_tail()
 
     def __enter__(self) -> ShardWriter:
@@ -175,19 +175,39 @@ class ShardWriter:
         fcntl.flock(self._lock, fcntl.LOCK_UN)
         self._lock.close()
 
-    def _create(self, attrs: dict, features: dict[str, dict]) -> None:
-        """Build the empty store aside, then rename it into place: readers never see half of it."""
+    def _open(self, store: zarr.abc.store.Store) -> None:
+        # The arrays keep these settings once opened. zarr's config is process-wide: writers opening in
+        # several threads at once could leave it set, which changes speed and empty chunks, never values.
+        with zarr.config.set(WRITER_ZARR_CONFIG):
+            self.root = sync(zarr_async.open_group(store, mode="a"))
+            names = [f"data/{name}" for name in self.features] + [f"meta/{name}" for name in ("episode_ends", *META_FIELDS)]
+            arrays = dict(zip(names, run_concurrently(self.root.getitem(name) for name in names)))
+        self.data = {name: arrays[f"data/{name}"] for name in self.features}
+        self.meta = {name: arrays[f"meta/{name}"] for name in ("episode_ends", *META_FIELDS)}
+
+    def _create(self, episodes: list[EpisodeRecord], failed_indices: list[int]) -> None:
+        """Build the store with its first batch in memory, write it out aside, then rename it into place.
+
+        Readers never see half of it, and each of its files is written once: on the VM's ext4,
+        creating files and directories (temporary ones included) is half of a robot's store time.
+        """
+        files = dict(_empty_store_files(self.features))
+        self._open(zarr.storage.MemoryStore(files))
+        self.root = sync(self.root.update_attributes({**self.attrs, "schema_version": SCHEMA_VERSION,
+                                                      "features": self.features, "failed_episodes": []}))
+        self._append(episodes, failed_indices)
         building = self.path.parent / f".{self.path.name}.creating"
         if building.exists():
             shutil.rmtree(building)  # left by a writer that died while creating
-        for name, content in _empty_store_files(features).items():
+        made = set()
+        for name, buffer in files.items():
             target = building / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-        root = sync(zarr_async.open_group(InlineLocalStore(building), mode="a"))
-        sync(root.update_attributes({**attrs, "schema_version": SCHEMA_VERSION, "features": features,
-                                     "failed_episodes": []}))
+            if target.parent not in made:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                made.add(target.parent)
+            target.write_bytes(buffer.as_buffer_like())
         os.rename(building, self.path)
+        self.root = None  # opened from disk if another batch comes
 
     def _cut_uncommitted_tail(self) -> None:
         ends = sync(self.meta["episode_ends"].getitem(slice(None)))
@@ -198,19 +218,26 @@ class ShardWriter:
         run_concurrently(resizes)
         self.num_episodes, self.num_frames = count, frames
 
-    @property
-    def failed_indices(self) -> list[int]:
-        return list(self.root.attrs.get("failed_episodes", []))
-
     def done_indices(self) -> set[int]:
         """Attempt indices already settled: committed episodes plus recorded failures."""
         if self.num_episodes == 0:
-            return set(self.failed_indices)
+            return set(self.failed)
         committed = sync(self.meta["episode_index"].getitem(slice(0, self.num_episodes))).tolist()
-        return set(committed) | set(self.failed_indices)
+        return set(committed) | set(self.failed)
 
     def commit(self, episodes: list[EpisodeRecord], failed_indices: list[int]) -> None:
-        """Append complete episodes, then make them visible by writing their ends last."""
+        """Append complete episodes, then make them visible by writing their ends last.
+
+        The first commit creates the store, even with nothing to add.
+        """
+        if not self.path.exists():
+            self._create(episodes, failed_indices)
+            return
+        if self.root is None:
+            self._open(InlineLocalStore(self.path))
+        self._append(episodes, failed_indices)
+
+    def _append(self, episodes: list[EpisodeRecord], failed_indices: list[int]) -> None:
         if episodes:
             lengths = np.array([episode.length for episode in episodes], dtype=np.int64)
             columns = {name: np.concatenate([episode.frames[name] for episode in episodes]) for name in self.data}
@@ -223,8 +250,8 @@ class ShardWriter:
             sync(_append_each([*((self.data[n], v) for n, v in columns.items()),
                                 *((self.meta[n], v) for n, v in meta_columns.items())]))
         if failed_indices:
-            failed = sorted({*self.failed_indices, *failed_indices})
-            self.root = sync(self.root.update_attributes({"failed_episodes": failed}))
+            self.failed = sorted({*self.failed, *failed_indices})
+            self.root = sync(self.root.update_attributes({"failed_episodes": self.failed}))
         if episodes:
             sync(self.meta["episode_ends"].append(self.num_frames + np.cumsum(lengths)))  # the commit
             self.num_episodes += len(episodes)
@@ -252,27 +279,28 @@ async def _build_skeleton(store: zarr.abc.store.Store, features: dict[str, dict]
     await asyncio.gather(
         *(data.create_array(name, shape=(0, *feature["shape"]), dtype=storage_dtype(feature), **_array_layout(feature))
           for name, feature in features.items()),
-        meta.create_array("episode_ends", shape=(0,), chunks=(META_CHUNK,), dtype="int64", fill_value=0),
-        *(meta.create_array(name, shape=(0,), chunks=(META_CHUNK,), dtype="bool" if name == "episode_success" else "int64")
+        meta.create_array("episode_ends", shape=(0,), chunks=(META_CHUNK,), dtype="int64", fill_value=0,
+                          chunk_key_encoding=CHUNK_KEYS),
+        *(meta.create_array(name, shape=(0,), chunks=(META_CHUNK,), dtype="bool" if name == "episode_success" else "int64",
+                            chunk_key_encoding=CHUNK_KEYS)
           for name in META_FIELDS),
     )
 
 
-_TEMPLATES: dict[str, dict[str, bytes]] = {}
+_TEMPLATES: dict[str, dict[str, Buffer]] = {}
 
 
-def _empty_store_files(features: dict[str, dict]) -> dict[str, bytes]:
-    """The files of an empty store for this schema (path in the store: content), made once per process.
+def _empty_store_files(features: dict[str, dict]) -> dict[str, Buffer]:
+    """The files of an empty store for this schema (key in the store: content), made once per process.
 
-    zarr builds the store in memory the first time; each new store then only writes these
-    dozen metadata files. Creating the arrays through zarr for every store cost 35-60 ms
-    on the 2-core VM.
+    Copied into a ``MemoryStore``, they are a new store. Creating the arrays through zarr
+    for every store cost 35-60 ms on the 2-core VM.
     """
     key = json.dumps(features, sort_keys=True)
     if key not in _TEMPLATES:
         files = {}
         sync(_build_skeleton(zarr.storage.MemoryStore(files), features))
-        _TEMPLATES[key] = {name: buffer.to_bytes() for name, buffer in files.items()}
+        _TEMPLATES[key] = files
     return _TEMPLATES[key]
 
 

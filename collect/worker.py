@@ -93,7 +93,7 @@ def collect_robot(job: RobotJob, report_progress: Callable[[int, int], None] | N
                 report_progress(profile.robot_id, settled_count)
         shard.commit(pending, dropped_failures)
         kept, frames = shard.num_episodes, shard.num_frames
-        dropped = len(shard.failed_indices)
+        dropped = len(shard.failed)
     env.close()
     return RobotReport(profile.robot_id, profile.site, kept, dropped, frames, steps, time.perf_counter() - started)
 

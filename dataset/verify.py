@@ -204,7 +204,7 @@ class _ShardCheck:
 
 
 def _chunk_rows(array: zarr.Array, length: int) -> Iterator[tuple[int, int, list[str]]]:
-    """``(start, stop, keys)`` for each row of chunks along axis 0 up to ``length``; keys as in ``path/c/0/0``."""
+    """``(start, stop, keys)`` for each row of chunks along axis 0 up to ``length``; keys as in ``path/c.0.0``."""
     rows = array.chunks[0]
     across = [range(math.ceil(size / chunk)) for size, chunk in zip(array.shape[1:], array.chunks[1:])]
     for row in range(math.ceil(length / rows)):

@@ -8,12 +8,16 @@ import pytest
 import zarr
 from zarr.codecs import ZstdCodec
 
-from collect.shard import (FRAMES_PER_CHUNK, SCHEMA_VERSION, WRITER_ZARR_CONFIG, InlineLocalStore, InlineZstdCodec,
-                           read_progress)
+from collect.schema import features_of
+from collect.shard import (FRAMES_PER_CHUNK, SCHEMA_VERSION, WRITER_ZARR_CONFIG, EpisodeRecord, InlineLocalStore,
+                           InlineZstdCodec, ShardWriter, read_progress, store_name)
+from collect.worker import to_features
 from collect_helpers import (REPO, assert_same_stores, collect_command, collected, interrupt, run_collect,
                              start_collect, subprocess_env, wait_for_episodes)
 from dataset import FleetStore
 from sim.fleet import episode_seed, make_robot
+from sim.rollout import run_episode
+from sim.tasks import resolve_task
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +77,33 @@ def test_fleet_store_reads_episodes_and_verifies_clean(small_fleet):
     assert store.profile(2) == make_robot(2)
     with pytest.raises(IndexError):
         store.episode(2, 4)
+
+
+def test_a_store_appears_whole_with_its_first_commit_and_later_commits_append(tmp_path):
+    spec, profile = resolve_task("reach"), make_robot(0)
+    env, expert = spec.make_env(profile), spec.make_expert(profile)
+    features = features_of(env)
+    episodes = []
+    for index in range(3):
+        episode = run_episode(env, expert, episode_seed(0, 0, index), expert.reset, record=True)
+        episodes.append(EpisodeRecord(index, episode.seed, episode.success, to_features(episode.frames, features)))
+    path = tmp_path / store_name(0)
+    with ShardWriter(path, {"task": "reach"}, features) as writer:
+        assert not path.exists()  # nothing to see before the first commit
+        writer.commit(episodes[:1], [7])
+        assert path.exists() and [p.name for p in tmp_path.iterdir() if p.name.endswith(".creating")] == []
+        writer.commit(episodes[1:2], [])  # appended in place by the writer that created it
+    with ShardWriter(path, {"task": "reach"}, features) as writer:  # and by a new one
+        assert writer.done_indices() == {0, 1, 7}
+        writer.commit(episodes[2:], [8])
+    root = zarr.open_group(path, mode="r")
+    assert root.attrs["failed_episodes"] == [7, 8] and root.attrs["schema_version"] == SCHEMA_VERSION
+    np.testing.assert_array_equal(root["meta/episode_ends"][:], np.cumsum([e.length for e in episodes]))
+    np.testing.assert_array_equal(root["meta/episode_index"][:], [0, 1, 2])
+    for name in features:
+        np.testing.assert_array_equal(root[f"data/{name}"][:], np.concatenate([e.frames[name] for e in episodes]))
+    assert sorted(p.name for p in (path / "data/action").iterdir()) == ["c.0.0", "zarr.json"]  # chunks beside it
+    assert sum(p.is_dir() for p in path.rglob("*")) == 2 + len(features) + 5  # data/, meta/, one per array
 
 
 def test_a_concurrent_reader_only_ever_sees_complete_episodes(tmp_path):
@@ -139,9 +170,9 @@ def test_failures_are_counted_not_kept_and_not_retried_on_resume(tmp_path):
         assert failed + len(infos) == 10
         expected_failures = sum(episode_seed(0, robot, i) % 2 for i in range(10))
         assert failed == expected_failures
-    before = (out / "robot_0000.zarr" / "meta" / "episode_ends" / "c" / "0").stat().st_mtime_ns
+    before = (out / "robot_0000.zarr/meta/episode_ends/c.0").stat().st_mtime_ns
     assert run_collect(out, "--task", "toy_tasks:COIN", "--robots", "2", "--episodes", "10").returncode == 0
-    assert (out / "robot_0000.zarr" / "meta" / "episode_ends" / "c" / "0").stat().st_mtime_ns == before
+    assert (out / "robot_0000.zarr/meta/episode_ends/c.0").stat().st_mtime_ns == before
 
 
 def test_keep_failures_stores_them_flagged(tmp_path):

@@ -46,7 +46,7 @@ def test_a_problem_prints_as_one_line():
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
 @pytest.mark.parametrize("array", ["data/observation.state", "meta/episode_seed"])
 def test_an_undecodable_chunk_names_the_episodes_it_holds(copy, damage, array):
-    chunk = copy / "robot_0001.zarr" / array / ("c/0/0" if array.startswith("data") else "c/0")
+    chunk = copy / "robot_0001.zarr" / array / ("c.0.0" if array.startswith("data") else "c.0")
     content = chunk.read_bytes()
     damaged = {"truncate": content[: len(content) // 2], "garbage": os.urandom(len(content)), "empty": b""}
     chunk.write_bytes(damaged[damage])
@@ -72,8 +72,8 @@ def test_a_corrupt_chunk_names_only_the_episodes_whose_frames_it_covers(copy):
 
 
 def test_a_missing_chunk_is_found_without_reading_data(copy):
-    (copy / "robot_0000.zarr/data/action/c/0/0").unlink()
-    (copy / "robot_0002.zarr/meta/episode_index/c/0").unlink()
+    (copy / "robot_0000.zarr/data/action/c.0.0").unlink()
+    (copy / "robot_0002.zarr/meta/episode_index/c.0").unlink()
     for check_data in (True, False):
         found = problems(copy, check_data=check_data)
         assert where(found) == {(f"robot_{robot:04d}.zarr", episode) for robot in (0, 2) for episode in range(3)}
@@ -83,7 +83,7 @@ def test_a_missing_chunk_is_found_without_reading_data(copy):
 def test_a_chunk_that_zarr_leaves_out_because_it_is_all_zeros_is_not_missing(tmp_path):
     out = tmp_path / "one"
     assert run_collect(out, "--robots", "1", "--episodes", "1", "--task", "reach", "--workers", "1").returncode == 0
-    chunk = out / "robot_0000.zarr/meta/episode_index/c/0"
+    chunk = out / "robot_0000.zarr/meta/episode_index/c.0"
     assert chunk.exists()  # collect writes every chunk
     chunk.unlink()  # as zarr's default writer would: its one value is 0, the fill value
     assert problems(out) == []
@@ -91,12 +91,12 @@ def test_a_chunk_that_zarr_leaves_out_because_it_is_all_zeros_is_not_missing(tmp
 
 def test_a_damaged_image_chunk_names_its_episodes(camera_fleet, tmp_path):
     copy = shutil.copytree(camera_fleet, tmp_path / "fleet")
-    chunk = copy / "robot_0001.zarr/data/observation.images.front/c/0/0/0/0"  # blosc-zstd, 32 frames
+    chunk = copy / "robot_0001.zarr/data/observation.images.front/c.0.0.0.0"  # blosc-zstd, 32 frames
     chunk.write_bytes(chunk.read_bytes()[:100])
-    (copy / "robot_0000.zarr/data/observation.images.front/c/0/0/0/0").unlink()
+    (copy / "robot_0000.zarr/data/observation.images.front/c.0.0.0.0").unlink()
     found = problems(copy)
     assert where(found) == {(f"robot_{robot:04d}.zarr", episode) for robot in (0, 1) for episode in range(2)}
-    assert [p.message.split(" (")[0] for p in found] == ["data/observation.images.front chunk c/0/0/0/0"] * 4
+    assert [p.message.split(" (")[0] for p in found] == ["data/observation.images.front chunk c.0.0.0.0"] * 4
 
 
 def test_a_missing_shard_or_manifest_is_reported(copy):
@@ -144,7 +144,7 @@ def test_episode_ends_past_the_data_and_short_or_duplicate_meta_are_reported(cop
 
 
 def test_a_lost_episode_ends_chunk_is_caught_by_the_manifest_counts(copy):
-    (copy / "robot_0002.zarr/meta/episode_ends/c/0").unlink()  # zarr now reads zeros: no episode looks committed
+    (copy / "robot_0002.zarr/meta/episode_ends/c.0").unlink()  # zarr now reads zeros: no episode looks committed
     assert FleetStore.open(copy).num_episodes_of(2) == 0
     assert [(p.shard, p.episode) for p in problems(copy)] == [("robot_0002.zarr", None)]
 
@@ -160,7 +160,7 @@ def test_a_bad_schema_version_or_missing_attrs_are_reported(copy):
 
 
 def test_a_corrupt_episode_ends_chunk_is_reported_not_raised(copy):
-    chunk = copy / "robot_0001.zarr/meta/episode_ends/c/0"
+    chunk = copy / "robot_0001.zarr/meta/episode_ends/c.0"
     chunk.write_bytes(b"garbage" * 4)
     store = FleetStore.open(copy)  # opening still works: the shard just shows no episodes
     assert store.num_episodes_of(1) == 0
