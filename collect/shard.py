@@ -15,7 +15,7 @@ ReplayBuffer:
 Beside it, the hidden ``OUT/.robot_0042.zarr.lock`` is the writer's lock file.
 
 Chunk keys use zarr's "." separator (``data/action/c.0.0``), so an array's chunks
-sit in its own directory: a store is 13 directories, not 33.
+sit in its own directory: with the default features a store has 13 directories, not 33.
 
 **Commit protocol.** Episodes are committed in batches, and each one only becomes
 visible when complete. A store appears with its first batch: the writer builds it
@@ -180,10 +180,11 @@ class ShardWriter:
         # several threads at once could leave it set, which changes speed and empty chunks, never values.
         with zarr.config.set(WRITER_ZARR_CONFIG):
             self.root = sync(zarr_async.open_group(store, mode="a"))
-            names = [f"data/{name}" for name in self.features] + [f"meta/{name}" for name in ("episode_ends", *META_FIELDS)]
-            arrays = dict(zip(names, run_concurrently(self.root.getitem(name) for name in names)))
+            meta_names = ("episode_ends", *META_FIELDS)
+            paths = [f"data/{name}" for name in self.features] + [f"meta/{name}" for name in meta_names]
+            arrays = dict(zip(paths, run_concurrently(self.root.getitem(path) for path in paths)))
         self.data = {name: arrays[f"data/{name}"] for name in self.features}
-        self.meta = {name: arrays[f"meta/{name}"] for name in ("episode_ends", *META_FIELDS)}
+        self.meta = {name: arrays[f"meta/{name}"] for name in meta_names}
 
     def _create(self, episodes: list[EpisodeRecord], failed_indices: list[int]) -> None:
         """Build the store with its first batch in memory, write it out aside, then rename it into place.
