@@ -208,7 +208,9 @@ class ShardWriter:
                 made.add(target.parent)
             target.write_bytes(buffer.as_buffer_like())
         os.rename(building, self.path)
-        self.root = None  # opened from disk if another batch comes
+        # Another batch opens the store from disk; until then self.data and self.meta stay the
+        # in-memory arrays, whose contents are what was just written.
+        self.root = None
 
     def _cut_uncommitted_tail(self) -> None:
         ends = sync(self.meta["episode_ends"].getitem(slice(None)))
