@@ -1,5 +1,5 @@
 """What one gloo collective costs between 2 ranks on this machine, with nothing else running,
-and what our socket ring's all-reduce costs beside it.
+and what our own CPU all-reduces (shared memory, socket ring) cost beside it.
 
 With gloo's all-reduce, train_speed's 2-rank runs lost a third or more of their step to
 exposed communication (docs/training.md, Speed). This separates the collective's own
@@ -11,8 +11,11 @@ one the size of the default mlp's gradients (~100 k float32):
 - ``exchange``: each rank ``isend``s its tensor to the other and ``irecv``s the other's
   (``batch_isend_irecv``), then adds: the same sum for 2 ranks, built from point-to-point;
 - ``all_gather``, ``broadcast`` and ``barrier``, for scale;
-- ``ring``: ``train.socket_ring.SocketRing.all_reduce_``, the transport of bc.py's default
-  comm hook on CPU (``ring``), which the training thread runs itself.
+- ``shm``: ``train.shm_all_reduce.SharedMemoryAllReduce.all_reduce_``, the transport of
+  bc.py's default comm hook between CPU ranks on one host (``shm``), which the training
+  thread runs itself (left out where the ranks cannot share memory);
+- ``ring``: ``train.socket_ring.SocketRing.all_reduce_``, the transport of the ``ring``
+  comm hook (the default across hosts), also run by the training thread.
 
 It reports the mean, median and 90th percentile of the calls (rank 0's, pooled over
 ``--rounds`` rounds): a mean far above the median means a few calls wait much longer
@@ -41,15 +44,16 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.common import TORCHRUN_ENV, benchmark_parser, machine_facts, publish, python_command, realtime_permitted
+from train.shm_all_reduce import SharedMemoryAllReduce
 from train.socket_ring import SocketRing
 
 SIZES = {"10 floats": 10, "mlp gradients (100k floats)": 100_000}
 SCALE_OPERATIONS = ("all_gather", "broadcast", "barrier")  # the table gives only their mean
-OPERATIONS = ("all_reduce", "exchange", *SCALE_OPERATIONS, "ring")
+OPERATIONS = ("all_reduce", "exchange", *SCALE_OPERATIONS, "ring", "shm")  # shm where the ranks share memory
 
 
-def collectives(tensor: torch.Tensor, ring: SocketRing) -> dict:
-    """One call of each operation on ``tensor`` (this process is rank 0 or 1 of 2)."""
+def collectives(tensor: torch.Tensor, ring: SocketRing, shared: SharedMemoryAllReduce | None) -> dict:
+    """One call of each operation on ``tensor`` (this process is rank 0 or 1 of 2); ``shm`` where ``shared``."""
     peer = 1 - dist.get_rank()
     received = torch.empty_like(tensor)
     gathered = tensor.new_empty(2 * tensor.numel())
@@ -63,18 +67,18 @@ def collectives(tensor: torch.Tensor, ring: SocketRing) -> dict:
     return {"all_reduce": lambda: dist.all_reduce(tensor), "exchange": exchange,
             "all_gather": lambda: dist.all_gather_into_tensor(gathered, tensor),
             "broadcast": lambda: dist.broadcast(tensor, 0), "barrier": dist.barrier,
-            "ring": lambda: ring.all_reduce_(tensor)}
+            "ring": lambda: ring.all_reduce_(tensor)} | ({"shm": lambda: shared.all_reduce_(tensor)} if shared else {})
 
 
 def measure_ranks(iterations: int, rounds: int, out: Path) -> None:
     """The body of each torchrun rank: rank 0 writes ``{size: {operation: {mean, median, p90}}}`` (ms) to ``out``."""
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
-    ring = SocketRing()
+    ring, shared = SocketRing(), SharedMemoryAllReduce.connect(4 * max(SIZES.values()))
     milliseconds = {}
     for size_name, size in SIZES.items():
-        calls = collectives(torch.zeros(size), ring)  # zeros: the sums stay 0
-        durations = {operation: [] for operation in OPERATIONS}
+        calls = collectives(torch.zeros(size), ring, shared)  # zeros: the sums stay 0
+        durations = {operation: [] for operation in calls}
         for _ in range(rounds):
             for operation, call in calls.items():
                 for _ in range(20):
@@ -130,7 +134,8 @@ def main(argv: list[str] | None = None) -> dict:
               "milliseconds_per_call": milliseconds}
     header = ["date", "code", "scheduler", "tensor", "all_reduce ms (mean / median / p90)",
               "exchange ms (mean / median / p90)", *(f"{operation} ms" for operation in SCALE_OPERATIONS),
-              "all_reduce / exchange", "ring ms (mean / median / p90)", "all_reduce / ring"]
+              "all_reduce / exchange", "ring ms (mean / median / p90)", "all_reduce / ring",
+              "shm ms (mean / median / p90)", "all_reduce / shm"]
 
     def spread(figures: dict) -> str:
         return f"{figures['mean']} / {figures['median']} / {figures['p90']}"
@@ -138,7 +143,9 @@ def main(argv: list[str] | None = None) -> dict:
     rows = [[machine["date"], machine["code_version"], scheduler, size, spread(times["all_reduce"]),
              spread(times["exchange"]), *(times[operation]["mean"] for operation in SCALE_OPERATIONS),
              f"{times['all_reduce']['mean'] / times['exchange']['mean']:.1f}", spread(times["ring"]),
-             f"{times['all_reduce']['mean'] / times['ring']['mean']:.1f}"]
+             f"{times['all_reduce']['mean'] / times['ring']['mean']:.1f}",
+             *((spread(times["shm"]), f"{times['all_reduce']['mean'] / times['shm']['mean']:.1f}") if "shm" in times
+               else ("–", "–"))]
             for scheduler, by_size in milliseconds.items() for size, times in by_size.items()]
     publish("gloo_latency", result, header, rows, args)
     return result

@@ -62,16 +62,16 @@ def test_two_torchrun_ranks_end_with_identical_weights(pick_place_fleet, tmp_pat
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "2 rank(s)" in completed.stdout
     assert metrics(run)[-1] == {"step": 20, "ranks_in_sync": True, "world_size": 2}
-    # the default comm hook between CPU ranks is our socket ring, and the saved config says so
-    assert "comm hook ring" in completed.stdout
-    assert json.loads((run / "config.json").read_text())["config"]["comm_hook"] == "ring"
+    # the default comm hook between CPU ranks on one host is our shared-memory one, and the saved config says so
+    assert "comm hook shm" in completed.stdout
+    assert json.loads((run / "config.json").read_text())["config"]["comm_hook"] == "shm"
 
 
 @pytest.mark.parametrize("arguments, message", [
     (["--data", "/nonexistent"], "no fleet store"),
     (["--policy", "transformer"], "unknown policy"),
     (["--batch-size", "0"], "--batch-size must be at least 1"),
-    (["--comm-hook", "zip"], "--comm-hook must be one of auto, none, ring, fp16, bf16, powersgd, int8"),
+    (["--comm-hook", "zip"], "--comm-hook must be one of auto, none, shm, ring, fp16, bf16, powersgd, int8"),
     (["--amp", "fp16"], "--amp fp16 needs a GPU"),  # this machine has none
     (["--batch-size", "100000"], "is larger than this rank's"),
 ])

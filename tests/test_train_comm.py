@@ -14,13 +14,13 @@ from train.comm_hooks import bf16_all_reduce_error, resolve_comm_hook
 from train_helpers import metrics, train, train_env
 
 PROBE = REPO / "tests" / "comm_hook_probe.py"
-RING_PROBE = REPO / "tests" / "ring_probe.py"
+TRANSPORT_PROBE = REPO / "tests" / "transport_probe.py"
 
 
 def test_comm_hooks_average_gradients_within_their_precision(tmp_path):
     """Several buckets per backward, ranks with different gradients; errors against the exact mean.
 
-    Tolerances, relative to the largest gradient g: none and ring are exact up to float rounding;
+    Tolerances, relative to the largest gradient g: none, shm and ring are exact up to float rounding;
     fp16 keeps 11 significant bits and bf16 8 (one rounding each way: 2^-10 and 2^-7 of g);
     int8 is within half a quantisation step at the coarsest block scale, g / 254 (the
     bound train/compression.py guarantees per rank, so also for their mean); PowerSGD is a
@@ -32,10 +32,11 @@ def test_comm_hooks_average_gradients_within_their_precision(tmp_path):
                                cwd=REPO, timeout=600)
     assert completed.returncode == 0, completed.stderr[-3000:]
     hooks = json.loads((tmp_path / "hooks.json").read_text())
-    assert set(hooks) == {"none", "ring", "fp16", "bf16", "powersgd", "int8"}
+    assert set(hooks) == {"none", "shm", "ring", "fp16", "bf16", "powersgd", "int8"}
     assert all(result["finite"] and result["ranks_agree"] for result in hooks.values()), hooks
     largest = hooks["none"]["max_gradient"]
     assert hooks["none"]["max_error"] <= 1e-6 * largest
+    assert hooks["shm"]["max_error"] <= 1e-6 * largest
     assert hooks["ring"]["max_error"] <= 1e-6 * largest
     assert hooks["fp16"]["max_error"] <= 2**-10 * largest
     assert hooks["bf16"]["max_error"] <= 2**-7 * largest
@@ -43,30 +44,41 @@ def test_comm_hooks_average_gradients_within_their_precision(tmp_path):
     assert 0 < hooks["powersgd"]["max_error"] < largest
 
 
-def test_the_socket_ring_sums_like_gloo_on_three_ranks_and_fails_cleanly(tmp_path):
+@pytest.mark.parametrize("transport", ["ring", "shm"])
+def test_cpu_transports_sum_like_gloo_on_three_ranks_and_fail_cleanly(tmp_path, transport):
     """Three ranks (a real ring: each rank's two neighbours differ), sizes below the rank count included.
 
-    Three values summed in two roundings stay within 2 epsilon of the largest sum; each
-    chunk is summed on one rank, so every rank must hold the same bytes. A rank left alone
-    times out, and a rank that closes its connections makes the others raise, not hang.
+    Three values summed in two roundings stay within 2 epsilon of the largest sum; every
+    rank must hold the same bytes (the ring sums each chunk on one rank, shared memory sums
+    the slots in rank order on every rank). A rank left alone times out, and a rank that
+    exits makes the others raise, not hang. Where the ranks cannot share a segment, every
+    rank learns it, and no segment file is left in /dev/shm.
     """
     completed = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=3",
-                                str(RING_PROBE), str(tmp_path)], capture_output=True, text=True, env=train_env(),
-                               cwd=REPO, timeout=300)
+                                str(TRANSPORT_PROBE), transport, str(tmp_path)], capture_output=True, text=True,
+                               env=train_env(), cwd=REPO, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
-    results = json.loads((tmp_path / "ring.json").read_text())
-    sums = {case: result for case, result in results.items() if " x " in case}
+    results = json.loads((tmp_path / "sums.json").read_text())
+    sums = results["sums"]
     assert len(sums) == 12
     assert all(result["error_in_eps"] <= 2 and result["ranks_agree"] for result in sums.values()), sums
-    assert results["timeout"] == "ring all-reduce: rank 0 heard nothing from its neighbours for 1 s"
-    # rank 0 hears rank 2 close; rank 1 hears rank 0 close, or fails first sending to rank 2 (a reset)
-    lost_by_rank_0, lost_by_rank_1 = results["lost_neighbour"]
-    assert lost_by_rank_0 == "ConnectionError: ring all-reduce: rank 2 closed its connection to rank 0"
-    assert lost_by_rank_1 is not None
+    lost_by_rank_0, lost_by_rank_1 = ((tmp_path / f"lost_by_rank_{rank}.txt").read_text() for rank in (0, 1))
+    if transport == "ring":
+        assert results["timeout"] == "ring all-reduce: rank 0 heard nothing from its neighbours for 1 s"
+        # rank 0 hears rank 2 close; rank 1 hears rank 0 close, or fails first sending to rank 2 (a reset)
+        assert lost_by_rank_0 == "ConnectionError: ring all-reduce: rank 2 closed its connection to rank 0"
+        assert lost_by_rank_1.startswith(("ConnectionError", "ConnectionResetError", "BrokenPipeError"))
+    else:
+        assert results["timeout"] == "shared-memory all-reduce: rank 0 waited 1 s for ranks [1, 2]"
+        for rank, lost in enumerate((lost_by_rank_0, lost_by_rank_1)):
+            assert lost == f"ConnectionError: shared-memory all-reduce: rank 2 exited while rank {rank} waited for it"
+        assert results["unshareable"] == [{"without_dev_shm": True, "one_rank_elsewhere": True}] * 3
+        assert results["segment_files_left"] == []
 
 
 @pytest.mark.parametrize("hook, extra", [
     ("none", ["--grad-accum", "2"]),                           # gloo's all-reduce, into bucket views
+    ("ring", ["--bucket-cap-mb", "0.05"]),                     # the socket ring, several buckets a step
     ("fp16", ["--amp", "bf16"]),                               # with bf16 autocast
     ("bf16", ["--lr-scaling", "linear"]),                      # 32 x 2 ranks: lr x 64 / 256
     ("powersgd", ["--grad-accum", "2", "--warmup-steps", "2"]),  # compressing from the third step
@@ -103,9 +115,10 @@ def test_bf16_hook_names_a_backend_without_bfloat16(monkeypatch):
         "use fp16")
 
 
-def test_auto_picks_the_ring_on_cpu_and_the_ring_refuses_gpus():
-    assert resolve_comm_hook("auto", torch.device("cpu")) == "ring"
+def test_auto_picks_shared_memory_on_cpu_and_the_cpu_hooks_refuse_gpus():
+    assert resolve_comm_hook("auto", torch.device("cpu")) == "shm"
     assert resolve_comm_hook("auto", torch.device("cuda", 0)) == "none"
     assert resolve_comm_hook("int8", torch.device("cuda", 0)) == "int8"
-    with pytest.raises(ValueError, match="^--comm-hook ring sums CPU tensors; on GPUs use none \\(nccl\\) or auto$"):
-        resolve_comm_hook("ring", torch.device("cuda", 0))
+    for hook in ("shm", "ring"):
+        with pytest.raises(ValueError, match=f"^--comm-hook {hook} sums CPU tensors; on GPUs use none \\(nccl\\) or auto$"):
+            resolve_comm_hook(hook, torch.device("cuda", 0))

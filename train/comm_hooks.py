@@ -3,15 +3,18 @@
 DDP averages gradients bucket by bucket (``--bucket-cap-mb``) while the backward pass is
 still running. A communication hook replaces that all-reduce of float32 buckets:
 
-- ``auto`` (the default): ``ring`` between CPU ranks, ``none`` on GPUs.
+- ``auto`` (the default): ``shm`` between CPU ranks on one host, ``ring`` between CPU
+  ranks on several, ``none`` on GPUs.
 - ``none``: DDP's own all-reduce (gloo on CPU, nccl on GPU).
-- ``ring``: ours, CPU only (``ring_all_reduce_hook``): the float32 bucket is summed by a
-  ring all-reduce that the training thread runs over direct TCP sockets
-  (``train/socket_ring.py``), which skips gloo's thread hand-offs: on small CPU machines
-  those, not the bytes, are what an all-reduce costs. It blocks the backward pass for
-  its bucket, which costs nothing when the model fits in one bucket (the default mlp);
-  with several buckets it gives up overlapping them with the backward, which on CPU
-  ranks sharing their cores saves little anyway.
+- ``shm`` and ``ring``: ours, CPU only (``cpu_all_reduce_hook``): the training thread
+  sums the float32 bucket itself, which skips gloo's thread hand-offs: on small CPU
+  machines those, not the bytes, are what an all-reduce costs. ``shm`` goes through a
+  memory segment all ranks map (``train/shm_all_reduce.py``; ranks on one x86-64 host),
+  ``ring`` is a ring all-reduce over direct TCP sockets (``train/socket_ring.py``; any
+  hosts). Both block the backward pass for their bucket, which costs nothing when the
+  model fits in one bucket (the default mlp); with several buckets they give up
+  overlapping them with the backward, which on CPU ranks sharing their cores saves
+  little anyway.
 - ``fp16`` / ``bf16``: torch's ``default_hooks.fp16_compress_hook`` / ``bf16_compress_hook``
   cast the bucket to half precision, all-reduce it and cast back (half the bytes). bf16
   needs a backend that all-reduces bfloat16 (NCCL >= 2.10 on a GPU with bf16; gloo in
@@ -35,27 +38,30 @@ from torch.nn.parallel import DistributedDataParallel
 
 from sim.cli import one_line
 from train.compression import dequantize_int8, quantize_int8
+from train.shm_all_reduce import SharedMemoryAllReduce
 from train.socket_ring import SocketRing
 
-COMM_HOOKS = ("auto", "none", "ring", "fp16", "bf16", "powersgd", "int8")
+COMM_HOOKS = ("auto", "none", "shm", "ring", "fp16", "bf16", "powersgd", "int8")
 
 
 def resolve_comm_hook(name: str, device: torch.device) -> str:
-    """The hook ``name`` stands for on ``device``: ``auto`` becomes ``ring`` on CPU and ``none`` on GPU.
+    """The hook ``name`` stands for on ``device``: ``auto`` becomes ``shm`` on CPU (``register_comm_hook``
+    falls back to ``ring`` where the ranks cannot share memory) and ``none`` on GPU.
 
-    Raises ``ValueError`` with a one-line message for ``ring`` on a GPU.
+    Raises ``ValueError`` with a one-line message for ``shm`` or ``ring`` on a GPU.
     """
     if name == "auto":
-        return "ring" if device.type == "cpu" else "none"
-    if name == "ring" and device.type != "cpu":
-        raise ValueError("--comm-hook ring sums CPU tensors; on GPUs use none (nccl) or auto")
+        return "shm" if device.type == "cpu" else "none"
+    if name in ("shm", "ring") and device.type != "cpu":
+        raise ValueError(f"--comm-hook {name} sums CPU tensors; on GPUs use none (nccl) or auto")
     return name
 
 
-def ring_all_reduce_hook(ring: SocketRing, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """Average a gradient bucket over the ranks with ``ring``, on the calling thread; the future is already done."""
+def cpu_all_reduce_hook(transport: SharedMemoryAllReduce | SocketRing,
+                        bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Average a gradient bucket over the ranks with ``transport``, on the calling thread; the future is already done."""
     buffer = bucket.buffer()
-    ring.all_reduce_(buffer).div_(ring.world_size)
+    transport.all_reduce_(buffer).div_(transport.world_size)
     done = torch.futures.Future()
     done.set_result(buffer)
     return done
@@ -119,15 +125,22 @@ def register_comm_hook(model: DistributedDataParallel, name: str, device: torch.
     """Make ``model`` send its gradients with hook ``name`` (see the module docstring); returns the hook used
     (``auto`` resolved).
 
-    Raises ``ValueError`` with a one-line message for an unknown name, an unsupported bf16
-    or ``ring`` on a GPU. Every rank must call it (the bf16 check and ``ring``'s set-up are
-    collectives).
+    Raises ``ValueError`` with a one-line message for an unknown name, an unsupported bf16,
+    ``shm`` or ``ring`` on a GPU, or ``shm`` where the ranks cannot share memory. Every rank
+    must call it (the bf16 check and the set-up of ``shm`` and ``ring`` are collectives).
     """
     if name not in COMM_HOOKS:
         raise ValueError(f"unknown comm hook {name!r}; choose from {', '.join(COMM_HOOKS)}")
-    name = resolve_comm_hook(name, device)
-    if name == "ring":
-        model.register_comm_hook(SocketRing(), ring_all_reduce_hook)
+    requested, name = name, resolve_comm_hook(name, device)
+    if name == "shm":
+        gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+        shared = SharedMemoryAllReduce.connect(gradient_bytes)
+        if shared is None and requested == "shm":
+            raise ValueError("--comm-hook shm needs every rank on one x86-64 host, with room in /dev/shm; use ring")
+        name = "shm" if shared is not None else "ring"
+        model.register_comm_hook(shared or SocketRing(), cpu_all_reduce_hook)
+    elif name == "ring":
+        model.register_comm_hook(SocketRing(), cpu_all_reduce_hook)
     elif name == "fp16":
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
     elif name == "bf16":

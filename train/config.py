@@ -74,8 +74,8 @@ class TrainConfig(PolicyOptions):
     threads: int = field(default=0, metadata={"help": "torch threads per rank (0: torch's default)"})
     # communication between ranks (train/comm_hooks.py)
     comm_hook: str = field(default="auto", metadata={
-        "help": "how DDP sends gradients: auto (ring on CPU, none on GPU), none (DDP's float32 all-reduce), "
-                "ring (ours, CPU), fp16, bf16, powersgd or int8"})
+        "help": "how DDP sends gradients: auto (shm between CPU ranks on one host, ring across hosts, none on GPU), "
+                "none (DDP's float32 all-reduce), shm or ring (ours, CPU), fp16, bf16, powersgd or int8"})
     powersgd_rank: int = field(default=2, metadata={"help": "rank of PowerSGD's low-rank factors"})
     bucket_cap_mb: float = field(default=25.0, metadata={"help": "DDP gradient bucket size in MiB"})
     # monitoring (train/monitor.py)
