@@ -42,8 +42,9 @@ VARIANTS = {
     "mlp amp bf16": ("state", False, ["--amp", "bf16"]),
     "mlp amp fp16 (GradScaler)": ("state", False, ["--amp", "fp16"]),
     "mlp ema": ("state", False, ["--ema-decay", "0.999"]),
+    # auto is none on a GPU; shm and ring are CPU-only
     **{f"mlp ddp comm hook {hook}": ("state", True, ["--comm-hook", hook])
-       for hook in COMM_HOOKS if hook not in ("auto", "ring")},  # auto is none on a GPU; ring is CPU-only
+       for hook in COMM_HOOKS if hook not in ("auto", "shm", "ring")},
     "cnn resnet18 ddp (SyncBatchNorm)": ("image", True, ["--policy", "cnn", "--vision-backbone", "resnet18",
                                                          "--batch-size", "64"]),
     "act": ("state", False, ["--policy", "act", "--lerobot-config", "small", "--batch-size", "64"]),

@@ -59,7 +59,7 @@ def resolve_comm_hook(name: str, device: torch.device) -> str:
 
 def cpu_all_reduce_hook(transport: SharedMemoryAllReduce | SocketRing,
                         bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """Average a gradient bucket over the ranks with ``transport``, on the calling thread; the future is already done."""
+    """Average a gradient bucket over the ranks with ``transport``, on this thread; the future is already done."""
     buffer = bucket.buffer()
     transport.all_reduce_(buffer).div_(transport.world_size)
     done = torch.futures.Future()
