@@ -52,7 +52,8 @@ def test_cpu_transports_sum_like_gloo_on_three_ranks_and_fail_cleanly(tmp_path, 
     rank must hold the same bytes (the ring sums each chunk on one rank, shared memory sums
     the slots in rank order on every rank). A rank left alone times out, and a rank that
     exits makes the others raise, not hang. Where the ranks cannot share a segment, every
-    rank learns it, and no segment file is left in /dev/shm.
+    rank learns it (``auto`` then takes the ring, ``shm`` refuses), and no segment file is
+    left in /dev/shm.
     """
     completed = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=3",
                                 str(TRANSPORT_PROBE), transport, str(tmp_path)], capture_output=True, text=True,
@@ -72,7 +73,9 @@ def test_cpu_transports_sum_like_gloo_on_three_ranks_and_fail_cleanly(tmp_path, 
         assert results["timeout"] == "shared-memory all-reduce: rank 0 waited 1 s for ranks [1, 2]"
         for rank, lost in enumerate((lost_by_rank_0, lost_by_rank_1)):
             assert lost == f"ConnectionError: shared-memory all-reduce: rank 2 exited while rank {rank} waited for it"
-        assert results["unshareable"] == [{"without_dev_shm": True, "one_rank_elsewhere": True}] * 3
+        assert results["unshareable"] == [{
+            "without_dev_shm": True, "one_rank_elsewhere": True, "auto_becomes": "ring",
+            "shm_refusal": "--comm-hook shm needs every rank on one x86-64 host, with room in /dev/shm; use ring"}] * 3
         assert results["segment_files_left"] == []
 
 

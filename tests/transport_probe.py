@@ -9,7 +9,8 @@ them with the transport and with gloo, and rank 0 writes OUT_DIR/sums.json: per 
 largest difference from gloo's float64 sum (relative to the largest sum, in units of the
 dtype's epsilon) and whether every rank ended with the same bytes. For ``shm`` it adds
 what ``connect`` gives where the ranks cannot share a segment (no /dev/shm; the last rank
-unable to open it, as on another host) and the segment files left in /dev/shm.
+unable to open it, as on another host), what ``auto`` and ``shm`` make of the first case
+in ``register_comm_hook``, and the segment files left in /dev/shm.
 
 Then the failure paths: rank 0 waits alone on a second transport with a 1 s timeout, and
 the last rank exits while the others sum; each of them writes the error it got to
@@ -24,8 +25,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 import train.shm_all_reduce as shm
+from train.comm_hooks import register_comm_hook
 from train.socket_ring import SocketRing
 
 SIZES = (1, 2, 1000, 100_003)
@@ -58,16 +61,23 @@ def sums(transport) -> dict:
 
 
 def unshareable() -> dict:
-    """What ``connect`` gives where the ranks cannot share a segment."""
+    """What ``connect`` gives, and the comm hooks do, where the ranks cannot share a segment."""
     real_dir, real_map = shm.SHM_DIR, shm.map_segment
     shm.SHM_DIR = Path("/nonexistent-shm")
     without_dev_shm = shm.SharedMemoryAllReduce.connect(4096)
+    auto_becomes = register_comm_hook(DistributedDataParallel(torch.nn.Linear(4, 4)), "auto", torch.device("cpu"))
+    try:
+        register_comm_hook(DistributedDataParallel(torch.nn.Linear(4, 4)), "shm", torch.device("cpu"))
+        shm_refusal = None
+    except ValueError as error:
+        shm_refusal = str(error)
     shm.SHM_DIR = real_dir
     if dist.get_rank() == dist.get_world_size() - 1:
         shm.map_segment = lambda *args: None
     one_rank_elsewhere = shm.SharedMemoryAllReduce.connect(4096)
     shm.map_segment = real_map
-    return {"without_dev_shm": without_dev_shm is None, "one_rank_elsewhere": one_rank_elsewhere is None}
+    return {"without_dev_shm": without_dev_shm is None, "one_rank_elsewhere": one_rank_elsewhere is None,
+            "auto_becomes": auto_becomes, "shm_refusal": shm_refusal}
 
 
 def main(name: str, out_dir: str) -> None:

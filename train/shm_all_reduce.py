@@ -171,7 +171,11 @@ def map_segment(path: str, token: int, size: int, rank: int) -> tuple[int, mmap.
         descriptor = os.open(path, os.O_RDWR)
     except OSError:
         return None
-    segment = mmap.mmap(descriptor, size)
+    try:
+        segment = mmap.mmap(descriptor, size)
+    except (OSError, ValueError):  # no memory left to map, or a shorter file of the same name
+        os.close(descriptor)
+        return None
     if int.from_bytes(segment[:8], "little") != token:
         segment.close()
         os.close(descriptor)
