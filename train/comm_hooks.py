@@ -137,8 +137,9 @@ def register_comm_hook(model: DistributedDataParallel, name: str, device: torch.
         shared = SharedMemoryAllReduce.connect(gradient_bytes)
         if shared is None and requested == "shm":
             raise ValueError("--comm-hook shm needs every rank on one x86-64 host, with room in /dev/shm; use ring")
-        name = "shm" if shared is not None else "ring"
-        model.register_comm_hook(shared or SocketRing(), cpu_all_reduce_hook)
+        if shared is None:
+            name, shared = "ring", SocketRing()
+        model.register_comm_hook(shared, cpu_all_reduce_hook)
     elif name == "ring":
         model.register_comm_hook(SocketRing(), cpu_all_reduce_hook)
     elif name == "fp16":
