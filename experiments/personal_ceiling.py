@@ -37,6 +37,7 @@ from experiments.common import REPO, write_section
 from sim.cli import fail, parse_config
 from sim.fleet import SITES
 from train.checkpoint import latest_checkpoint, load_checkpoint, load_policy, save_checkpoint
+from train.schedule import adamw
 
 VARIANTS = {"site head": ("site", "head"), "robot head": ("robot", "head"), "site policy": ("site", "all")}
 
@@ -67,7 +68,7 @@ def fine_tune(run: Path, store: FleetStore, robots: list[int], part: str, config
     trained = set(policy.head_keys()) if part == "head" else {name for name, _ in policy.named_parameters()}
     for name, parameter in policy.named_parameters():
         parameter.requires_grad_(name in trained)
-    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=config.lr)
+    optimizer = adamw(policy.parameters(), lr=config.lr)
     policy.train()
     for _ in range(config.epochs):
         for batch in loader:

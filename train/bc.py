@@ -38,7 +38,7 @@ from train.comm_hooks import register_comm_hook
 from train.config import TrainConfig
 from train.monitor import Monitor, StepTimer, sync_efficiency
 from train.policy import make_policy, policy_spec
-from train.schedule import learning_rate_factor, scaled_learning_rate
+from train.schedule import adamw, learning_rate_factor, scaled_learning_rate
 
 
 def mean_over_ranks(values: dict[str, float], device: torch.device) -> dict[str, float]:
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     # ----- optimisation --------------------------------------------------------------------------------
     effective_batch = config.batch_size * config.grad_accum * world_size
     lr = scaled_learning_rate(config.lr, config.lr_scaling, effective_batch, config.base_batch)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=config.weight_decay)
+    optimizer = adamw(policy.parameters(), lr=lr, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: learning_rate_factor(step, config.warmup_steps, config.max_steps))
     autocast = functools.partial(torch.autocast, device.type, enabled=config.amp != "none",

@@ -35,6 +35,7 @@ from dataset.windows import FleetWindowDataset, WindowSpec
 from train.compression import encode_update
 from train.federated_config import FederatedConfig
 from train.policy import PolicySpec, make_policy
+from train.schedule import adamw
 
 State = dict[str, torch.Tensor]
 
@@ -143,8 +144,7 @@ def train_client(job: ClientJob, weights: np.ndarray) -> ClientUpdate:
     if job.fit_head_only:
         for name, parameter in policy.named_parameters():
             parameter.requires_grad_(name not in shared)
-    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=config.lr * job.lr_factor,
-                                  weight_decay=config.weight_decay)
+    optimizer = adamw(policy.parameters(), lr=config.lr * job.lr_factor, weight_decay=config.weight_decay)
 
     losses = []
     for _ in range(config.head_epochs if job.fit_head_only else config.local_epochs):
