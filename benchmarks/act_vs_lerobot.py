@@ -12,7 +12,9 @@ there is one, else the CPU):
   DataLoader workers.
 
 The learning-rate settings are each trainer's own (ours: AdamW with warmup and cosine;
-lerobot's ACT preset: AdamW at 1e-5); they do not change what a step costs.
+lerobot's ACT preset: AdamW at 1e-5); they do not change what a step costs. The AdamW
+implementations differ: ours is torch's fused kernel (``train.schedule.adamw``, from
+code acbcdca on), lerobot's preset torch's default (a loop over the tensors on CPU).
 
 A step's time is what each trainer reports for its own loop: ours from
 ``samples_per_s`` in RUN/metrics.jsonl (the whole loop: data wait, forward, backward,
