@@ -125,6 +125,32 @@ def test_the_learning_rate_scales_with_the_effective_batch():
     assert scaled_learning_rate(1e-3, "linear", 64, 256) == pytest.approx(2.5e-4)
 
 
+def test_adamw_takes_only_trained_weights_and_steps_like_torchs_default_loop():
+    """The fused kernel ``adamw`` uses gives the per-tensor loop's weights, to float rounding, over 20 steps."""
+    from train.schedule import adamw
+
+    torch.manual_seed(0)
+    fused_model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5))
+    loop_model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5))
+    loop_model.load_state_dict(fused_model.state_dict())
+    for model in (fused_model, loop_model):
+        model[0].bias.requires_grad_(False)  # a frozen weight stays out of the optimiser
+    fused = adamw(fused_model.parameters(), lr=1e-2, weight_decay=1e-4)
+    loop = torch.optim.AdamW([p for p in loop_model.parameters() if p.requires_grad], lr=1e-2, weight_decay=1e-4,
+                             foreach=False)
+    assert fused.defaults["fused"] and sum(len(g["params"]) for g in fused.param_groups) == 3
+
+    for _ in range(20):
+        inputs, targets = torch.randn(16, 12), torch.randn(16, 5)
+        for model, optimizer in ((fused_model, fused), (loop_model, loop)):
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(inputs), targets).backward()
+            optimizer.step()
+    for ours, reference in zip(fused_model.parameters(), loop_model.parameters()):
+        torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6)
+    assert torch.equal(fused_model[0].bias, loop_model[0].bias)
+
+
 def test_ema_weights_are_what_evaluation_loads_and_a_resume_restores_both(pick_place_fleet, tmp_path):
     """10 steps, then a resumed 11th, with an EMA of decay 0.9 and a checkpoint every step.
 
