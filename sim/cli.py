@@ -50,9 +50,16 @@ def _add_fields(parser: argparse.ArgumentParser, config_class: type) -> None:
         _add_field(parser, field, hints[field.name])
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """argparse's parser, reporting a bad command line in one line (argparse prints its usage first)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def config_parser(config_class: type, description: str) -> argparse.ArgumentParser:
     """An argparse parser with one option per field of ``config_class``."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineErrorParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_fields(parser, config_class)
     return parser
 
@@ -76,7 +83,7 @@ def parse_subcommand(commands: dict[str, type], description: str, argv: list[str
     Returns the command name and its config. Each config class's docstring is the
     subcommand's help.
     """
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineErrorParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, config_class in commands.items():
         summary = (config_class.__doc__ or "").strip().splitlines()[0]

@@ -223,6 +223,7 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_does(pick_plac
     (["--personal", "desk"], "--personal must be one of none, robot, site"),
     (["--personal-after", "1"], "--personal-after 1 needs --personal robot or site"),
     (["--head-epochs", "2"], "--head-epochs fits personal heads: it needs --personal robot or site"),
+    (["--weight-decay", "-0.1"], "--weight-decay must not be negative, got -0.1"),
 ])
 def test_bad_input_is_one_line_and_nonzero(pick_place_fleet, tmp_path, capsys, arguments, message):
     with pytest.raises(SystemExit) as exit_info:

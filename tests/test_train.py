@@ -74,6 +74,10 @@ def test_two_torchrun_ranks_end_with_identical_weights(pick_place_fleet, tmp_pat
     (["--comm-hook", "zip"], "--comm-hook must be one of auto, none, shm, ring, fp16, bf16, powersgd, int8"),
     (["--amp", "fp16"], "--amp fp16 needs a GPU"),  # this machine has none
     (["--batch-size", "100000"], "is larger than this rank's"),
+    (["--lr", "-1"], "--lr must be positive, got -1.0"),
+    (["--grad-clip", "-0.5"], "--grad-clip must not be negative"),
+    (["--hidden", "256", "0"], "--hidden widths must be at least 1, got 256 0"),
+    (["--max-steps", "ten"], "bc.py: error: argument --max-steps: invalid int value: 'ten' (see --help)"),
 ])
 def test_bad_input_is_one_line_and_nonzero(pick_place_fleet, tmp_path, arguments, message):
     completed = train("--data", pick_place_fleet, "--out", tmp_path / "run", *arguments)

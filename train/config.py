@@ -40,6 +40,8 @@ class PolicyOptions:
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         self.hidden = tuple(self.hidden)
+        if any(width < 1 for width in self.hidden):
+            raise ValueError(f"--hidden widths must be at least 1, got {' '.join(map(str, self.hidden))}")
 
 
 @dataclass
@@ -99,6 +101,11 @@ class TrainConfig(PolicyOptions):
                                  f"got {getattr(self, name)!r}")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ValueError(f"--ema-decay must be in [0, 1), got {self.ema_decay}")
+        if self.lr <= 0:
+            raise ValueError(f"--lr must be positive, got {self.lr}")
+        for name in ("warmup_steps", "weight_decay", "grad_clip"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
         if self.threads < 0:
             raise ValueError(f"--threads must be 0 (torch's default) or more, got {self.threads}")
         if self.bucket_cap_mb <= 0:

@@ -66,8 +66,9 @@ class FederatedConfig(PolicyOptions):  # the policy options are train/bc.py's
                 raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if not 0.0 <= self.server_momentum < 1.0:
             raise ValueError(f"--server-momentum must be in [0, 1), got {self.server_momentum}")
-        if self.prox_mu < 0 or self.warmup_rounds < 0 or self.personal_after < 0 or self.head_epochs < 0:
-            raise ValueError("--prox-mu, --warmup-rounds, --personal-after and --head-epochs must not be negative")
+        for name in ("weight_decay", "grad_clip", "prox_mu", "warmup_rounds", "personal_after", "head_epochs"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
         for name, allowed in (("compression", COMPRESSIONS), ("personal", PERSONAL_MODES),
                               ("mode", ("memory", "streaming"))):
             if getattr(self, name) not in allowed:
