@@ -100,7 +100,9 @@ def dask_client(config: CollectConfig, preload: Sequence[str] = ("collect.worker
     with dask.config.set(QUIET_CLUSTER):
         cluster = LocalCluster(
             n_workers=config.workers, threads_per_worker=1, processes=True,
-            dashboard_address=None, silence_logs=logging.ERROR,
+            # The scheduler serves HTTP even without a dashboard, on dask's port 8787 by default: a second
+            # command running at the same time found it taken and printed a warning. Any free local port.
+            dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
             preload=list(preload),  # collect.worker: import sim, mujoco and zarr while the cluster starts
         )
         with cluster, Client(cluster) as client:

@@ -1,6 +1,8 @@
 """collect: layout, manifest, atomic commits, resume, failures and bad input."""
 
+import contextlib
 import json
+import socket
 import subprocess
 
 import numpy as np
@@ -139,6 +141,16 @@ def test_the_progress_bar_counts_every_episode_and_the_summary_follows(tmp_path)
     assert "episodes: 100%" in completed.stderr and " 15/15 " in completed.stderr
     assert "3 robots, 15 episodes" in completed.stdout + completed.stderr
     assert "s to set up and shut down dask)" in completed.stdout  # timed apart from the collection
+
+
+def test_another_cluster_on_dasks_default_port_leaves_collect_silent(tmp_path):
+    """Port 8787, where a dask scheduler serves HTTP by default, held as a second collection running at once holds it."""
+    with socket.socket() as other_cluster:
+        with contextlib.suppress(OSError):  # already taken by something else: just as good
+            other_cluster.bind(("127.0.0.1", 8787))
+            other_cluster.listen()
+        completed = run_collect(tmp_path / "fleet", "--robots", "1", "--episodes", "2", "--task", "reach")
+    assert completed.returncode == 0 and completed.stderr == ""
 
 
 def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
