@@ -1,6 +1,10 @@
 """train/bc.py: one process and torchrun ranks, checkpoints that resume and load for evaluation."""
 
 import json
+import os
+import signal
+import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -9,7 +13,8 @@ import torch
 from sim.fleet import make_robot
 from sim.tasks import resolve_task
 from train.checkpoint import latest_checkpoint, load_checkpoint, load_policy
-from train_helpers import metrics, train
+from collect_helpers import REPO
+from train_helpers import metrics, train, train_command, train_env
 
 
 def test_one_process_learns_checkpoints_and_resumes_where_it_stopped(pick_place_fleet, tmp_path):
@@ -37,6 +42,29 @@ def test_one_process_learns_checkpoints_and_resumes_where_it_stopped(pick_place_
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*.pt")) == \
         ["step_00000010.pt", "step_00000020.pt"]  # the abandoned run's later steps are gone
     assert [r["step"] for r in metrics(run)][-1] == 20
+
+
+def test_ctrl_c_keeps_the_last_checkpoint_says_so_in_one_line_and_a_rerun_resumes(pick_place_fleet, tmp_path):
+    run = tmp_path / "run"
+    # SIG_DFL: a background process may inherit SIGINT ignored, and a terminal's Ctrl-C goes to the process group
+    process = subprocess.Popen(train_command("--data", pick_place_fleet, "--out", run, "--max-steps", "1000000"),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=train_env(),
+                               cwd=REPO, start_new_session=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while latest_checkpoint(run) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr[-3000:]
+    kept = latest_checkpoint(run)
+    assert stderr.strip() == f"interrupted: {kept} is kept; rerun the same command to resume"
+    assert not list((run / "checkpoints").glob(".*.tmp"))  # nothing half-written
+
+    step = load_checkpoint(kept)["step"]
+    rerun = train("--data", pick_place_fleet, "--out", run, "--max-steps", str(step + 10))
+    assert rerun.returncode == 0 and f"resumed from step {step}" in rerun.stdout
+    assert load_checkpoint(latest_checkpoint(run))["step"] == step + 10
 
 
 def test_a_checkpoint_is_all_evaluation_needs(pick_place_fleet, tmp_path):

@@ -9,8 +9,8 @@ comm hook of --comm-hook (train/comm_hooks.py). Rank 0 alone logs (train/monitor
 progress lines, RUN/metrics.jsonl with the data-wait, compute and communication times,
 TensorBoard, optional Weights & Biases, RUN/training_curve.png) and writes checkpoints.
 A run resumes from RUN/checkpoints/last unless --no-resume, so rerunning the same
-command (or torchrun --max-restarts) carries on after a crash, from the start of the
-epoch after the checkpoint's. docs/training.md is the guide.
+command (or torchrun --max-restarts) carries on after a crash or Ctrl-C, from the start
+of the epoch after the checkpoint's. docs/training.md is the guide.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import contextlib
 import functools
 import math
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -58,9 +59,8 @@ def validation_loss(model: torch.nn.Module, loader, device: torch.device) -> flo
     return mean_over_ranks({"val_loss": sum(losses) / max(1, len(losses))}, device)["val_loss"]
 
 
-def main(argv: list[str] | None = None) -> None:
-    config = parse_config(TrainConfig, __doc__, argv)
-
+def train(config: TrainConfig) -> None:
+    """Train (or carry on training) the policy of ``config`` in ``config.out``: the whole of bc.py."""
     # ----- processes and devices ---------------------------------------------------------------
     ddp = "RANK" in os.environ
     if ddp:
@@ -284,6 +284,18 @@ def main(argv: list[str] | None = None) -> None:
         monitor.close()
         print(f"done: {run / 'checkpoints' / 'last'}" if step > first_step
               else f"nothing to do: {run} is trained to step {step} (--max-steps {config.max_steps})")
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = parse_config(TrainConfig, __doc__, argv)
+    try:
+        train(config)
+    except KeyboardInterrupt:  # Ctrl-C reaches every rank; rank 0 says where the run stands
+        if int(os.environ.get("RANK", "0")) == 0:
+            last = latest_checkpoint(Path(config.out))
+            print(f"\ninterrupted: {last or 'no checkpoint yet'} is kept; rerun the same command to resume",
+                  file=sys.stderr)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

@@ -45,10 +45,14 @@ def save_checkpoint(run: Path, content: dict, step: int, keep: int = 3) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"step_{step:08d}.pt"
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=".step.", suffix=".tmp")
-    with os.fdopen(handle, "wb") as file:
-        torch.save(content, file)
-    os.chmod(temporary, 0o644)  # mkstemp makes it private
-    os.replace(temporary, path)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            torch.save(content, file)
+        os.chmod(temporary, 0o644)  # mkstemp makes it private
+        os.replace(temporary, path)
+    except BaseException:  # a full disk, Ctrl-C: no half-written file left behind
+        Path(temporary).unlink(missing_ok=True)
+        raise
     link = directory / f".{LAST}.tmp"
     link.unlink(missing_ok=True)
     link.symlink_to(path.name)
