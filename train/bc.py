@@ -59,7 +59,7 @@ def validation_loss(model: torch.nn.Module, loader, device: torch.device) -> flo
     return mean_over_ranks({"val_loss": sum(losses) / max(1, len(losses))}, device)["val_loss"]
 
 
-def train(config: TrainConfig) -> None:
+def run_training(config: TrainConfig) -> None:
     """Train (or carry on training) the policy of ``config`` in ``config.out``: the whole of bc.py."""
     # ----- processes and devices ---------------------------------------------------------------
     ddp = "RANK" in os.environ
@@ -289,7 +289,7 @@ def train(config: TrainConfig) -> None:
 def main(argv: list[str] | None = None) -> None:
     config = parse_config(TrainConfig, __doc__, argv)
     try:
-        train(config)
+        run_training(config)
     except KeyboardInterrupt:  # Ctrl-C reaches every rank; rank 0 says where the run stands
         if int(os.environ.get("RANK", "0")) == 0:
             last = latest_checkpoint(Path(config.out))
