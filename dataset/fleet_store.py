@@ -56,9 +56,17 @@ class FleetStore:
 
     @classmethod
     def open(cls, path: str | Path) -> FleetStore:
+        """A snapshot of the collection at ``path``: the directory of ``manifest.json`` and ``robot_NNNN.zarr``.
+
+        Raises ``FileNotFoundError`` where ``path`` holds neither (a robot's own store included),
+        and ``ValueError`` for a store zarr cannot open.
+        """
         path = Path(path)
         if not path.is_dir():
             raise FileNotFoundError(f"no fleet store at {path}")
+        if (path / "zarr.json").exists():  # a zarr store itself, most likely one robot's
+            raise FileNotFoundError(f"{path} is a zarr store, not a fleet store: open the directory that holds "
+                                    f"the robot_NNNN.zarr stores and manifest.json ({path.parent}?)")
         manifest_path = path / MANIFEST
         manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else None
         shards = {}
@@ -74,6 +82,8 @@ class FleetStore:
             except Exception as error:  # a corrupt chunk: decoding raises RuntimeError or ValueError
                 shards[robot_id] = Shard(robot_id, store_path, group, np.zeros(0, dtype=np.int64),
                                          unreadable=f"meta/episode_ends cannot be read ({error})")
+        if manifest is None and not shards:
+            raise FileNotFoundError(f"no fleet store at {path}: it has neither {MANIFEST} nor robot_NNNN.zarr stores")
         return cls(path, manifest, shards)
 
     # ----- what is in the store --------------------------------------------------------

@@ -61,9 +61,17 @@ def test_export_then_import_through_the_command_line(camera_fleet, tmp_path):
     assert again.returncode == 2 and "exists" in again.stderr
 
 
-def test_bad_input_is_one_line_and_exit_two(tmp_path):
-    for arguments in (["info", tmp_path / "nothing"], ["stats", tmp_path / "nothing"], ["verify", tmp_path / "no"]):
+def test_bad_input_is_one_line_and_exit_two(pick_place_fleet, tmp_path):
+    (tmp_path / "empty").mkdir()
+    one_robot = next(pick_place_fleet.glob("robot_*.zarr"))
+    for arguments, message in ((["info", tmp_path / "nothing"], "no fleet store"),
+                               (["stats", tmp_path / "nothing"], "no fleet store"),
+                               (["verify", tmp_path / "no"], "no fleet store"),
+                               (["info", tmp_path / "empty"], "neither manifest.json nor robot_NNNN.zarr stores"),
+                               (["info", one_robot], f"is a zarr store, not a fleet store: open the directory "
+                                                     f"that holds the robot_NNNN.zarr stores and manifest.json "
+                                                     f"({pick_place_fleet}?)")):
         completed = dataset_command(*arguments)
         assert completed.returncode == 2 and completed.stderr.startswith("error:"), completed.stderr
-        assert completed.stderr.strip().count("\n") == 0
+        assert message in completed.stderr and completed.stderr.strip().count("\n") == 0
     assert dataset_command("frobnicate").returncode == 2

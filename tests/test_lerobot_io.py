@@ -115,6 +115,7 @@ def test_refusals(fleet, exported, tmp_path):
     with pytest.raises(ValueError, match="already exists"):
         export_lerobot(FleetStore.open(fleet), exported, progress=False)
     (tmp_path / "empty").mkdir()
+    shutil.copy(fleet / "manifest.json", tmp_path / "empty")  # a collection whose robots have committed nothing yet
     with pytest.raises(ValueError, match="no committed episodes"):
         export_lerobot(FleetStore.open(tmp_path / "empty"), tmp_path / "new", progress=False)
     assert not (tmp_path / "new").exists()
