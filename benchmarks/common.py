@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from sim.cli import code_version
+from sim.cli import OneLineErrorParser, code_version
 
 BENCHMARKS = Path(__file__).resolve().parent
 RESULTS = BENCHMARKS / "results"
@@ -104,7 +104,7 @@ def append_table_rows(name: str, header: list[str], rows: list[list], tables: Pa
 
 def benchmark_parser(description: str) -> argparse.ArgumentParser:
     """A parser with the options every benchmark shares: where results and tables go."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineErrorParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results-dir", type=Path, default=RESULTS, help="where <name>.json is written")
     parser.add_argument("--tables", type=Path, default=TABLES, help="markdown file holding the tables")
     return parser
