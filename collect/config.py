@@ -30,7 +30,7 @@ class CollectConfig:
         for name in ("robots", "episodes", "workers", "image_size", "flush_frames"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        self.cameras = tuple(self.cameras)
+        self.cameras = tuple(dict.fromkeys(self.cameras))  # once each: a rerun naming a camera twice matches
 
     def data_config(self) -> dict:
         """The fields that determine the data (stored in the manifest and every shard)."""

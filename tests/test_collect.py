@@ -248,8 +248,10 @@ def test_overwrite_replaces_a_collection(tmp_path):
 
 def test_camera_images_are_stored_as_compressed_uint8(tmp_path):
     out = tmp_path / "out"
-    completed = run_collect(out, "--robots", "1", "--episodes", "2", "--cameras", "front", "--image-size", "32")
+    completed = run_collect(out, "--robots", "1", "--episodes", "2", "--cameras", "front", "front", "--image-size", "32")
     assert completed.returncode == 0, completed.stderr
+    # a camera named twice is recorded once, and the same collection as naming it once
+    assert run_collect(out, "--robots", "1", "--episodes", "2", "--cameras", "front", "--image-size", "32").returncode == 0
     store = FleetStore.open(out)
     assert store.features["observation.images.front"] == {
         "dtype": "image", "shape": [32, 32, 3], "names": ["height", "width", "channels"]}
