@@ -74,9 +74,10 @@ class CollectionSummary:
         for site, counts in sorted(self.per_site.items()):
             lines.append(f"{site:10s} {counts['kept']:7d} {counts['failed']:7d} {counts['frames']:9d}")
         rate = self.steps / self.wall_seconds if self.wall_seconds > 0 else 0.0
+        speed = f"{rate:.0f} steps/s" if self.steps else "nothing left to collect"
         lines.append(
             f"{len(self.reports)} robots, {self.episodes} episodes, {self.frames} frames, "
-            f"{self.bytes_on_disk / 1e6:.1f} MB, {self.wall_seconds:.1f} s, {rate:.0f} steps/s"
+            f"{self.bytes_on_disk / 1e6:.1f} MB, {self.wall_seconds:.1f} s, {speed}"
             + (f" (+{self.cluster_seconds:.1f} s to set up and shut down dask)" if self.cluster_seconds >= 0.05 else "")
         )
         return "\n".join(lines)

@@ -132,7 +132,9 @@ def test_a_concurrent_reader_only_ever_sees_complete_episodes(tmp_path):
 
 
 def test_the_progress_bar_counts_every_episode_and_the_summary_follows(tmp_path):
-    """Workers send progress at most twice a second per robot, but always a robot's last count."""
+    """Workers send progress at most twice a second per robot, but always a robot's last count.
+
+    A rerun with every episode already there says so, where a rate would read 0 steps/s."""
     command = collect_command(tmp_path / "fleet", "--robots", "3", "--episodes", "5", "--task", "reach",
                               "--workers", "1")
     command.remove("--quiet")
@@ -141,6 +143,9 @@ def test_the_progress_bar_counts_every_episode_and_the_summary_follows(tmp_path)
     assert "episodes: 100%" in completed.stderr and " 15/15 " in completed.stderr
     assert "3 robots, 15 episodes" in completed.stdout + completed.stderr
     assert "s to set up and shut down dask)" in completed.stdout  # timed apart from the collection
+    again = subprocess.run(command, capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=300)
+    assert again.returncode == 0 and "3 robots, 15 episodes" in again.stdout
+    assert "nothing left to collect" in again.stdout and "steps/s" not in again.stdout
 
 
 def test_another_cluster_on_dasks_default_port_leaves_collect_silent(tmp_path):
