@@ -42,7 +42,8 @@ import sim  # noqa: F401  (first: it selects headless rendering before mujoco lo
 import torch
 
 from benchmarks.common import benchmark_parser, machine_facts, publish
-from collect import CollectConfig, run_collection
+from collect import CollectConfig
+from collect.engine import run_collection
 from dataset import FleetStore
 from dataset.lerobot_io import export_lerobot
 from train.lerobot_policies import SMALL

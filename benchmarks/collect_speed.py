@@ -38,7 +38,8 @@ import gymnasium as gym
 import numpy as np
 
 from benchmarks.common import benchmark_parser, machine_facts, median_ratio, publish
-from collect import CollectConfig, run_collection
+from collect import CollectConfig
+from collect.engine import run_collection
 from collect.schema import features_of
 from collect.shard import EpisodeRecord, ShardWriter, store_name
 from collect.worker import to_features

@@ -39,7 +39,8 @@ import numpy as np
 import torch
 
 from benchmarks.common import benchmark_parser, machine_facts, median_ratio, publish
-from collect import CollectConfig, run_collection
+from collect import CollectConfig
+from collect.engine import run_collection
 from eval import EvalConfig, run_evaluation
 from eval.engine import make_jobs
 from eval.plan import make_plan

@@ -32,7 +32,8 @@ import torch
 
 from benchmarks.common import benchmark_parser, machine_facts, publish
 from benchmarks.train_speed import measured_windows, start_training, window_figures
-from collect import CollectConfig, run_collection
+from collect import CollectConfig
+from collect.engine import run_collection
 from train.checkpoint import load_policy
 from train.comm_hooks import COMM_HOOKS
 

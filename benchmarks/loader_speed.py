@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 from benchmarks.common import benchmark_parser, machine_facts, median_ratio, publish
-from collect import CollectConfig, run_collection
+from collect import CollectConfig
+from collect.engine import run_collection
 from dataset import FleetStore
 from dataset.episodes import select_episodes
 from dataset.loader import make_dataloader

@@ -51,7 +51,8 @@ import torch
 
 from benchmarks.common import (TORCHRUN_ENV, benchmark_parser, machine_facts, publish, python_command,
                                realtime_permitted)
-from collect import CollectConfig, run_collection
+from collect import CollectConfig
+from collect.engine import run_collection
 from train.monitor import read_records
 
 REPO = Path(__file__).resolve().parent.parent
