@@ -135,7 +135,7 @@ def make_dataloader(
                                  drop_last=True)
     if drop_last and len(sampler) < batch_size:
         raise ValueError(f"batch size {batch_size} is larger than this rank's {len(sampler)} samples "
-                         "(lower --batch-size or pass drop_last=False)")
+                         "(lower --batch-size; from Python, drop_last=False keeps the short batch)")
     blocks = EpochBlocks(sampler, block_size=batch_size * batches_per_block(dataset, batch_size))
     workers = {"persistent_workers": True, "prefetch_factor": prefetch_factor} if num_workers > 0 else {}
     loader = DataLoader(
