@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import math
 import os
 import sys
@@ -279,6 +280,10 @@ def run_training(config: TrainConfig) -> None:
         if master:
             monitor.log({"step": step, "ranks_in_sync": in_sync, "world_size": world_size})
     if ddp:
+        # A DDP with a Python comm hook that outlives the process group can make torch abort at exit
+        # ("terminate called without an active exception"; rarely, but then torchrun reports a failed run).
+        del model
+        gc.collect()
         dist.destroy_process_group()
     if master:
         monitor.close()
