@@ -1,7 +1,6 @@
 """train/bc.py: one process and torchrun ranks, checkpoints that resume and load for evaluation."""
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -13,7 +12,7 @@ import torch
 from sim.fleet import make_robot
 from sim.tasks import resolve_task
 from train.checkpoint import latest_checkpoint, load_checkpoint, load_policy
-from collect_helpers import REPO
+from collect_helpers import REPO, interrupt
 from train_helpers import metrics, train, train_command, train_env
 
 
@@ -54,9 +53,8 @@ def test_ctrl_c_keeps_the_last_checkpoint_says_so_in_one_line_and_a_rerun_resume
     deadline = time.monotonic() + 120
     while latest_checkpoint(run) is None and time.monotonic() < deadline:
         time.sleep(0.2)
-    os.killpg(process.pid, signal.SIGINT)
-    _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130, stderr[-3000:]
+    assert interrupt(process) == 130, process.stderr.read()[-3000:]
+    stderr = process.stderr.read()
     kept = latest_checkpoint(run)
     assert stderr.strip() == f"interrupted: {kept} is kept; rerun the same command to resume"
     assert not list((run / "checkpoints").glob(".*.tmp"))  # nothing half-written
