@@ -61,7 +61,7 @@ def test_cpu_transports_sum_like_gloo_on_three_ranks_and_fail_cleanly(tmp_path, 
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = json.loads((tmp_path / "sums.json").read_text())
     sums = results["sums"]
-    assert len(sums) == 12
+    assert len(sums) == 24
     assert all(result["error_in_eps"] <= 2 and result["ranks_agree"] for result in sums.values()), sums
     lost_by_rank_0, lost_by_rank_1 = ((tmp_path / f"lost_by_rank_{rank}.txt").read_text() for rank in (0, 1))
     if transport == "ring":

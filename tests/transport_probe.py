@@ -5,9 +5,10 @@
 ``ring`` is ``train.socket_ring.SocketRing``, ``shm`` ``train.shm_all_reduce.SharedMemoryAllReduce``
 (with 4 KiB slots, so the larger tensors go through in pieces). Each rank fills tensors of
 several sizes (fewer elements than ranks included) and dtypes with values of its own, sums
-them with the transport and with gloo, and rank 0 writes OUT_DIR/sums.json: per case, the
-largest difference from gloo's float64 sum (relative to the largest sum, in units of the
-dtype's epsilon) and whether every rank ended with the same bytes. For ``shm`` it adds
+them (and averages them: ``scale=1/world_size``) with the transport and with gloo, and rank
+0 writes OUT_DIR/sums.json: per case, the largest difference from gloo's float64 result
+(relative to its largest value, in units of the dtype's epsilon) and whether every rank
+ended with the same bytes. For ``shm`` it adds
 what ``connect`` gives where the ranks cannot share a segment (no /dev/shm; the last rank
 unable to open it, as on another host), what ``auto`` and ``shm`` make of the first case
 in ``register_comm_hook``, and the segment files left in /dev/shm.
@@ -47,16 +48,18 @@ def sums(transport) -> dict:
     results = {}
     for dtype in DTYPES:
         for size in SIZES:
-            values = (torch.randn(size, generator=generator, dtype=torch.float64) * (rank + 1)).to(dtype)
-            exact = values.to(torch.float64, copy=True)
-            dist.all_reduce(exact)
-            summed = transport.all_reduce_(values.clone())
-            gathered = [torch.zeros_like(summed.double()) for _ in range(world_size)]
-            dist.all_gather(gathered, summed.double())
-            results[f"{dtype} x {size}"] = {
-                "error_in_eps": ((summed.double() - exact).abs().max() / exact.abs().max()).item()
-                / torch.finfo(dtype).eps,
-                "ranks_agree": all(torch.equal(g, gathered[0]) for g in gathered)}
+            for scale, case in ((1.0, "sum"), (1 / world_size, "mean")):
+                values = (torch.randn(size, generator=generator, dtype=torch.float64) * (rank + 1)).to(dtype)
+                exact = values.to(torch.float64, copy=True)
+                dist.all_reduce(exact)
+                exact *= scale
+                summed = transport.all_reduce_(values.clone(), scale=scale)
+                gathered = [torch.zeros_like(summed.double()) for _ in range(world_size)]
+                dist.all_gather(gathered, summed.double())
+                results[f"{case} of {dtype} x {size}"] = {
+                    "error_in_eps": ((summed.double() - exact).abs().max() / exact.abs().max()).item()
+                    / torch.finfo(dtype).eps,
+                    "ranks_agree": all(torch.equal(g, gathered[0]) for g in gathered)}
     return results
 
 

@@ -61,8 +61,8 @@ def cpu_all_reduce_hook(transport: SharedMemoryAllReduce | SocketRing,
                         bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Average a gradient bucket over the ranks with ``transport``, on this thread; the future is already done."""
     buffer = bucket.buffer()
-    # times the reciprocal: a third of div_'s time on a 0.4 MB bucket, exact for a power-of-two world size
-    transport.all_reduce_(buffer).mul_(1.0 / transport.world_size)
+    # the mean: times the reciprocal (cheaper than a division; exact for a power-of-two world size)
+    transport.all_reduce_(buffer, scale=1.0 / transport.world_size)
     done = torch.futures.Future()
     done.set_result(buffer)
     return done

@@ -72,9 +72,11 @@ class SocketRing:
         self.left.close()
         self.right.close()
 
-    def all_reduce_(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Sum the contiguous CPU ``tensor`` over the ranks, in place; returns it."""
+    def all_reduce_(self, tensor: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        """Sum ``scale`` x the contiguous CPU ``tensor`` over the ranks, in place; returns it."""
         n, rank = self.world_size, self.rank
+        if scale != 1.0:
+            tensor.mul_(scale)
         chunks = tensor.view(-1).tensor_split(n)
         incoming = torch.empty_like(chunks[0])  # tensor_split makes the first chunk the largest
         for step in range(n - 1):  # reduce-scatter
