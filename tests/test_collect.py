@@ -2,14 +2,18 @@
 
 import contextlib
 import json
+import os
 import socket
 import subprocess
 
+import dask
 import numpy as np
 import pytest
 import zarr
 from zarr.codecs import ZstdCodec
 
+from collect import CollectConfig
+from collect.engine import dask_client
 from collect.schema import features_of
 from collect.shard import (FRAMES_PER_CHUNK, SCHEMA_VERSION, WRITER_ZARR_CONFIG, EpisodeRecord, InlineLocalStore,
                            InlineZstdCodec, ShardWriter, read_progress, store_name)
@@ -156,6 +160,18 @@ def test_another_cluster_on_dasks_default_port_leaves_collect_silent(tmp_path):
             other_cluster.listen()
         completed = run_collect(tmp_path / "fleet", "--robots", "1", "--episodes", "2", "--task", "reach")
     assert completed.returncode == 0 and completed.stderr == ""
+
+
+def test_a_local_cluster_gives_the_caller_its_environment_back():
+    """dask's nannies set their workers' variables (OMP_NUM_THREADS=1, MALLOC_TRIM_THRESHOLD_=65536, ...) in
+    the process that starts them; a training started from that process later inherited them. The workers keep
+    theirs, and the caller's environment is as it was."""
+    before = dict(os.environ)
+    with dask_client(CollectConfig(workers=1)) as client:
+        (worker_environ,) = client.run(lambda: dict(os.environ)).values()
+    assert dict(os.environ) == before
+    pre_spawn = dask.config.get("distributed.nanny.pre-spawn-environ")
+    assert pre_spawn and all(worker_environ[key] == before.get(key, str(value)) for key, value in pre_spawn.items())
 
 
 def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
