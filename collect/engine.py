@@ -22,14 +22,13 @@ from typing import Iterator, Sequence
 
 import dask
 from distributed import Client, LocalCluster, as_completed
-from tqdm import tqdm
 
 from collect.config import CollectConfig
 from collect.manifest import check_output, create_output, write_manifest
 from collect.schema import features_of
 from collect.shard import store_bytes, store_name
 from collect.worker import PROGRESS_TOPIC, RobotJob, RobotReport, collect_robot_on_worker
-from sim.cli import code_version
+from sim.cli import code_version, progress_bar
 from sim.fleet import make_fleet
 from sim.tasks import resolve_task
 
@@ -142,14 +141,13 @@ class _Progress:
     def __init__(self, total: int, initial: dict[int, int], quiet: bool):
         self.settled = dict(initial)
         self.lock = threading.Lock()
-        self.bar = tqdm(total=total, initial=sum(initial.values()), desc="episodes", unit="ep", disable=quiet)
+        self.bar = progress_bar(total=total, initial=sum(initial.values()), desc="episodes", unit="ep", disable=quiet)
 
     def on_event(self, event) -> None:
         _, message = event
         with self.lock:
             self.settled[message["robot"]] = message["settled"]
-            self.bar.n = sum(self.settled.values())
-            self.bar.refresh()
+            self.bar.update(sum(self.settled.values()) - self.bar.n)  # redraws at the bar's own pace
 
     def close(self) -> None:
         self.bar.close()

@@ -32,12 +32,11 @@ import numpy as np
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 from lerobot.datasets.utils import DEFAULT_FEATURES
 from lerobot.datasets.video_utils import decode_video_frames
-from tqdm import tqdm
 
 from collect.manifest import write_json_atomic, write_store_manifest
 from collect.shard import EpisodeRecord, ShardWriter, storage_dtype, store_name
 from dataset.fleet_store import FleetStore
-from sim.cli import code_version
+from sim.cli import code_version, progress_bar
 from sim.fleet import SITES
 
 SIDECAR = "meta/robofleet.json"
@@ -75,7 +74,8 @@ def export_lerobot(store: FleetStore, root: Path, repo_id: str | None = None, us
                                     root=building, robot_type=ROBOT_TYPE, use_videos=use_videos)
     sidecar = {"version": SIDECAR_VERSION, "sites": list(SITES), "manifest": store.manifest,
                "features": store.features, "robots": {}, "episodes": []}
-    with _quiet_lerobot(), tqdm(total=store.num_episodes, desc="export", unit="ep", disable=not progress) as bar:
+    with _quiet_lerobot(), progress_bar(total=store.num_episodes, desc="export", unit="ep",
+                                          disable=not progress) as bar:
         try:
             for robot in store.robots:
                 attrs = {k: v for k, v in store.shards[robot].group.attrs.items()
@@ -132,7 +132,7 @@ def import_lerobot(root: Path, out: Path, repo_id: str | None = None, overwrite:
     tasks = list(dataset.meta.tasks.index)
     task = manifest.get("task") or {"name": tasks[0] if len(tasks) == 1 else "; ".join(tasks), "env_id": None}
     out.mkdir(parents=True, exist_ok=True)
-    with _quiet_lerobot(), tqdm(total=len(spans), desc="import", unit="ep", disable=not progress) as bar:
+    with _quiet_lerobot(), progress_bar(total=len(spans), desc="import", unit="ep", disable=not progress) as bar:
         for robot in sorted(set(robots)):
             if sidecar:
                 attrs = dict(sidecar["robots"][str(robot)])

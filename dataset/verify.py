@@ -31,6 +31,7 @@ from zarr.core.sync import sync  # runs a coroutine on zarr's own IO event loop
 
 from collect.manifest import MANIFEST
 from collect.shard import META_FIELDS, SCHEMA_VERSION, committed_count, run_concurrently, storage_dtype, store_name
+from sim.cli import progress_bar
 
 if TYPE_CHECKING:
     import zarr
@@ -71,7 +72,7 @@ def verify_store(store: FleetStore, check_data: bool = True, progress: bool = Fa
             problems.append(Problem(store_name(int(robot_id)), None, f"listed in {MANIFEST} but missing"))
     tasks = [dask.delayed(verify_shard, pure=False)(shard, store.manifest, check_data)
              for shard in store.shards.values()]
-    with TqdmCallback(desc="verify", unit="shard") if progress else contextlib.nullcontext():
+    with TqdmCallback(desc="verify", unit="shard", tqdm_class=progress_bar) if progress else contextlib.nullcontext():
         per_shard = dask.compute(*tasks, scheduler=dask.config.get("scheduler", "threads"))
     return problems + [problem for shard_problems in per_shard for problem in shard_problems]
 

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 from distributed import as_completed
-from tqdm import tqdm
 
 from collect.engine import TASK_RETRIES, dask_client
 from eval.config import EvalConfig
@@ -23,7 +22,7 @@ from eval.plan import EvalPlan, make_plan
 from eval.report import comparison, evaluation_tables
 from eval.rollout import RobotJob, evaluate_robot
 from eval.video import pick_video_episodes
-from sim.cli import code_version
+from sim.cli import code_version, progress_bar
 
 
 def make_jobs(config: EvalConfig, plan: EvalPlan, video_dir: Path) -> list[RobotJob]:
@@ -44,7 +43,8 @@ def run_jobs(config: EvalConfig, jobs: list[RobotJob]) -> tuple[list[dict], floa
         client.run(importlib.import_module, "eval.rollout")  # torch and mujoco load before the clock starts
         started = time.perf_counter()
         futures = {client.submit(evaluate_robot, job, retries=TASK_RETRIES, pure=False): job for job in jobs}
-        with tqdm(total=sum(len(job.seeds) for job in jobs), desc="episodes", unit="ep", disable=config.quiet) as bar:
+        with progress_bar(total=sum(len(job.seeds) for job in jobs), desc="episodes", unit="ep",
+                          disable=config.quiet) as bar:
             try:
                 for future in as_completed(futures):
                     try:

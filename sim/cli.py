@@ -6,7 +6,8 @@ become ``--flag`` / ``--no-flag`` pairs; tuples take several values. A field wit
 ``metadata={"positional": True}`` (and no default) is a positional argument instead.
 
 Commands with subcommands (``dataset info PATH``) give each subcommand its own
-config dataclass: see ``parse_subcommand``.
+config dataclass: see ``parse_subcommand``. The commands' progress bars come from
+``progress_bar``, their one-line errors from ``fail``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import types
 import typing
 from pathlib import Path
 from typing import TypeVar
+
+from tqdm import tqdm
 
 ConfigT = TypeVar("ConfigT")
 
@@ -97,6 +100,17 @@ def fail(message: str, code: int = 2) -> typing.NoReturn:
     """Exit with a one-line error, the way every RoboFleet command reports bad input."""
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(code)
+
+
+LOG_REDRAW_S = 60.0  # a progress bar's redraw interval when stderr is a file or a pipe
+
+
+def progress_bar(**options) -> tqdm:
+    """A tqdm bar (``options`` are tqdm's) that redraws up to ten times a second on a terminal and once
+    a minute when stderr is a file or a pipe, where every redraw is one more copy of the bar in the log."""
+    redraw_s = 0.1 if sys.stderr.isatty() else LOG_REDRAW_S
+    # maxinterval: tqdm's monitor thread would otherwise redraw a slow bar every 10 s
+    return tqdm(mininterval=redraw_s, maxinterval=max(redraw_s, 10.0), **options)
 
 
 def one_line(error: BaseException, limit: int = 200) -> str:

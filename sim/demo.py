@@ -8,9 +8,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from tqdm import tqdm
 
-from sim.cli import fail, parse_config
+from sim.cli import fail, parse_config, progress_bar
 from sim.fleet import episode_seed, make_fleet
 from sim.rollout import run_episode
 from sim.tasks import resolve_task
@@ -35,7 +34,7 @@ def run_demo(config: DemoConfig) -> dict[str, dict[int, list[bool]]]:
     fleet = make_fleet(config.robots, config.seed)
     results: dict[str, dict[int, list[bool]]] = {spec.name: defaultdict(list) for spec in specs}
     total = len(specs) * len(fleet) * config.episodes
-    with tqdm(total=total, desc="episodes", unit="ep", disable=config.quiet) as progress:
+    with progress_bar(total=total, desc="episodes", unit="ep", disable=config.quiet) as progress:
         for spec in specs:
             for profile in fleet:
                 env, expert = spec.make_env(profile), spec.make_expert(profile)

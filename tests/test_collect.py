@@ -137,17 +137,19 @@ def test_a_concurrent_reader_only_ever_sees_complete_episodes(tmp_path):
 def test_the_progress_bar_counts_every_episode_and_the_summary_follows(tmp_path):
     """Workers send progress at most twice a second per robot, but always a robot's last count.
 
-    A rerun with every episode already there says so, where a rate would read 0 steps/s."""
-    command = collect_command(tmp_path / "fleet", "--robots", "3", "--episodes", "5", "--task", "reach",
-                              "--workers", "1")
+    Into a pipe (a log) the bar is drawn at the start and the end only, not at every progress
+    event. A rerun with every episode already there says so, where a rate would read 0 steps/s."""
+    command = collect_command(tmp_path / "fleet", "--robots", "3", "--episodes", "80", "--task", "reach",
+                              "--workers", "1")  # a few seconds: several progress events
     command.remove("--quiet")
     completed = subprocess.run(command, capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=300)
     assert completed.returncode == 0, completed.stderr
-    assert "episodes: 100%" in completed.stderr and " 15/15 " in completed.stderr
-    assert "3 robots, 15 episodes" in completed.stdout + completed.stderr
+    assert "episodes: 100%" in completed.stderr and " 240/240 " in completed.stderr
+    assert completed.stderr.count("episodes: ") == 2, completed.stderr  # 0% and 100%
+    assert "3 robots, 240 episodes" in completed.stdout + completed.stderr
     assert "s to set up and shut down dask)" in completed.stdout  # timed apart from the collection
     again = subprocess.run(command, capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=300)
-    assert again.returncode == 0 and "3 robots, 15 episodes" in again.stdout
+    assert again.returncode == 0 and "3 robots, 240 episodes" in again.stdout
     assert "nothing left to collect" in again.stdout and "steps/s" not in again.stdout
 
 

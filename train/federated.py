@@ -41,14 +41,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from collect.engine import dask_client
 from collect.manifest import write_json_atomic
 from dataset import FleetStore
 from dataset.episodes import select_episodes
 from dataset.stats import fleet_stats
-from sim.cli import code_version, fail, parse_config
+from sim.cli import code_version, fail, parse_config, progress_bar
 from train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint
 from train.compression import decode_update, payload_bytes
 from train.fedavg import (ClientJob, ClientUpdate, State, average_states, flatten, shared_keys, train_client,
@@ -317,7 +316,7 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
         except ValueError as error:  # an unreachable --scheduler
             fail(str(error))
         metrics = stack.enter_context(open(run / "metrics.jsonl", "a"))
-        bar = stack.enter_context(tqdm(total=config.rounds, initial=server.round, desc="rounds", unit="round",
+        bar = stack.enter_context(progress_bar(total=config.rounds, initial=server.round, desc="rounds", unit="round",
                                        disable=config.quiet))
 
         def write(record: dict) -> None:
