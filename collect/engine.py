@@ -95,7 +95,7 @@ def environ_restored() -> Iterator[None]:
     dask's nannies set their workers' variables in the process that starts them, before
     each spawn: ``OMP_NUM_THREADS=1``, ``MKL_NUM_THREADS=1``, ``OPENBLAS_NUM_THREADS=1``,
     ``MALLOC_TRIM_THRESHOLD_=65536`` and more. Left there, they reached every process
-    started afterwards: bc.py run after an in-process collection trained 25-30% slower
+    started afterwards: bc.py run after an in-process collection trained 18-30% slower
     (the trim threshold makes glibc hand memory back and fault it in again at every step)
     and on one thread.
     """
