@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
+from sim.cli import check_options
+
 # Fields that change how episodes are made: a rerun into the same OUT must match them.
 # (robots and episodes may grow; workers, scheduler and output options may change freely.)
 DATA_FIELDS = ("task", "seed", "cameras", "image_size", "keep_failures")
@@ -27,9 +29,8 @@ class CollectConfig:
     quiet: bool = field(default=False, metadata={"help": "no progress bar and no summary"})
 
     def __post_init__(self):
-        for name in ("robots", "episodes", "workers", "image_size", "flush_frames"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        check_options(self, ("robots", "episodes", "workers", "image_size", "flush_frames"),
+                      lambda value: value >= 1, "must be at least 1")
         self.cameras = tuple(dict.fromkeys(self.cameras))  # once each: a rerun naming a camera twice matches
 
     def data_config(self) -> dict:

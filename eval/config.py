@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
+from sim.cli import check_options
+
 
 @dataclass
 class EvalConfig:
@@ -30,12 +32,8 @@ class EvalConfig:
     quiet: bool = field(default=False, metadata={"help": "no progress bar and no table"})
 
     def __post_init__(self):
-        for name in ("robots", "episodes", "batch", "workers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        for name in ("robot_offset", "videos"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 0, got {getattr(self, name)}")
+        check_options(self, ("robots", "episodes", "batch", "workers"), lambda value: value >= 1, "must be at least 1")
+        check_options(self, ("robot_offset", "videos"), lambda value: value >= 0, "must be at least 0")
         if self.expert and self.compare:
             raise ValueError("--expert evaluates the expert alone and --compare evaluates both: choose one")
         if self.checkpoint is None and not (self.expert and self.task):

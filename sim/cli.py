@@ -21,7 +21,7 @@ import sys
 import types
 import typing
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from tqdm import tqdm
 
@@ -94,6 +94,25 @@ def parse_subcommand(commands: dict[str, type], description: str, argv: list[str
     arguments = vars(parser.parse_args(argv))
     command = arguments.pop("command")
     return command, _build_config(parser, commands[command], arguments)
+
+
+def check_options(config: object, names: Sequence[str], holds: Callable[[Any], bool], requirement: str) -> None:
+    """The configs' range checks: for the first field of ``names`` whose value fails ``holds``,
+    raise ``ValueError("--field-name {requirement}, got {value}")``."""
+    for name in names:
+        value = getattr(config, name)
+        if not holds(value):
+            raise ValueError(f"--{name.replace('_', '-')} {requirement}, got {value}")
+
+
+def check_choices(config: object, choices: dict[str, Sequence[str]]) -> None:
+    """The configs' choice checks: for the first field whose value is not among its ``choices``, raise
+    ``ValueError("--field-name must be one of a, b, got 'value'")`` (an allowed ``""`` goes unnamed)."""
+    for name, allowed in choices.items():
+        value = getattr(config, name)
+        if value not in allowed:
+            raise ValueError(f"--{name.replace('_', '-')} must be one of {', '.join(filter(None, allowed))}, "
+                             f"got {value!r}")
 
 
 def fail(message: str, code: int = 2) -> typing.NoReturn:

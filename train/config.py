@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sim.cli import check_choices, check_options
 from train.comm_hooks import COMM_HOOKS
 
 VISION_BACKBONES = ("small", "resnet18")  # train/vision.py
@@ -32,13 +33,9 @@ class PolicyOptions:
             self.n_obs_steps = 1 if self.policy == "act" else 2
         if self.policy == "act" and self.n_obs_steps != 1:
             raise ValueError(f"--n-obs-steps must be 1 for act (LeRobot's ACT takes one frame), got {self.n_obs_steps}")
-        for name, allowed in (("vision_backbone", VISION_BACKBONES), ("lerobot_config", LEROBOT_SIZES)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}, "
-                                 f"got {getattr(self, name)!r}")
-        for name in ("n_obs_steps", "horizon", "n_action_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        check_choices(self, {"vision_backbone": VISION_BACKBONES, "lerobot_config": LEROBOT_SIZES})
+        check_options(self, ("n_obs_steps", "horizon", "n_action_steps"), lambda value: value >= 1,
+                      "must be at least 1")
         self.hidden = tuple(self.hidden)
         if any(width < 1 for width in self.hidden):
             raise ValueError(f"--hidden widths must be at least 1, got {' '.join(map(str, self.hidden))}")
@@ -88,30 +85,17 @@ class TrainConfig(PolicyOptions):
 
     def __post_init__(self):
         super().__post_init__()
-        for name in ("batch_size", "grad_accum", "max_steps", "log_interval",
-                     "val_interval", "checkpoint_interval", "keep_checkpoints", "base_batch", "powersgd_rank"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        choices = {"lr_scaling": ("none", "linear", "sqrt"), "amp": ("none", "bf16", "fp16"),
-                   "comm_hook": COMM_HOOKS,
-                   "wandb_mode": ("", "online", "offline", "disabled")}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"--{name.replace('_', '-')} must be one of {', '.join(filter(None, allowed))}, "
-                                 f"got {getattr(self, name)!r}")
-        if not 0.0 <= self.ema_decay < 1.0:
-            raise ValueError(f"--ema-decay must be in [0, 1), got {self.ema_decay}")
-        if self.lr <= 0:
-            raise ValueError(f"--lr must be positive, got {self.lr}")
-        for name in ("warmup_steps", "weight_decay", "grad_clip"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"--{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
+        check_options(self, ("batch_size", "grad_accum", "max_steps", "log_interval", "val_interval",
+                             "checkpoint_interval", "keep_checkpoints", "base_batch", "powersgd_rank"),
+                      lambda value: value >= 1, "must be at least 1")
+        check_choices(self, {"lr_scaling": ("none", "linear", "sqrt"), "amp": ("none", "bf16", "fp16"),
+                             "comm_hook": COMM_HOOKS, "wandb_mode": ("", "online", "offline", "disabled")})
+        check_options(self, ("ema_decay", "val_fraction"), lambda value: 0.0 <= value < 1.0, "must be in [0, 1)")
+        check_options(self, ("lr", "bucket_cap_mb"), lambda value: value > 0, "must be positive")
+        check_options(self, ("warmup_steps", "weight_decay", "grad_clip"), lambda value: value >= 0,
+                      "must not be negative")
         if self.threads < 0:
             raise ValueError(f"--threads must be 0 (torch's default) or more, got {self.threads}")
-        if self.bucket_cap_mb <= 0:
-            raise ValueError(f"--bucket-cap-mb must be positive, got {self.bucket_cap_mb}")
         if self.mode not in ("memory", "streaming"):
             raise ValueError(f"--mode must be memory or streaming, got {self.mode!r}")
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise ValueError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
         self.sites, self.robots = tuple(self.sites), tuple(self.robots)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from sim.cli import check_choices, check_options
 from train.compression import COMPRESSIONS
 from train.config import PolicyOptions
 
@@ -54,25 +55,15 @@ class FederatedConfig(PolicyOptions):  # the policy options are train/bc.py's
 
     def __post_init__(self):
         super().__post_init__()
-        for name in ("rounds", "local_epochs", "batch_size", "workers",
-                     "round_attempts", "keep_checkpoints"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        for name in ("fraction", "min_completed", "topk_fraction"):
-            if not 0.0 < getattr(self, name) <= 1.0:
-                raise ValueError(f"--{name.replace('_', '-')} must be in (0, 1], got {getattr(self, name)}")
-        for name in ("lr", "server_lr", "deadline"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if not 0.0 <= self.server_momentum < 1.0:
-            raise ValueError(f"--server-momentum must be in [0, 1), got {self.server_momentum}")
-        for name in ("weight_decay", "grad_clip", "prox_mu", "warmup_rounds", "personal_after", "head_epochs"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"--{name.replace('_', '-')} must not be negative, got {getattr(self, name)}")
-        for name, allowed in (("compression", COMPRESSIONS), ("personal", PERSONAL_MODES),
-                              ("mode", ("memory", "streaming"))):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+        check_options(self, ("rounds", "local_epochs", "batch_size", "workers", "round_attempts", "keep_checkpoints"),
+                      lambda value: value >= 1, "must be at least 1")
+        check_options(self, ("fraction", "min_completed", "topk_fraction"), lambda value: 0.0 < value <= 1.0,
+                      "must be in (0, 1]")
+        check_options(self, ("lr", "server_lr", "deadline"), lambda value: value > 0, "must be positive")
+        check_options(self, ("server_momentum",), lambda value: 0.0 <= value < 1.0, "must be in [0, 1)")
+        check_options(self, ("weight_decay", "grad_clip", "prox_mu", "warmup_rounds", "personal_after", "head_epochs"),
+                      lambda value: value >= 0, "must not be negative")
+        check_choices(self, {"compression": COMPRESSIONS, "personal": PERSONAL_MODES, "mode": ("memory", "streaming")})
         # --personal-after R (every round shared) with --head-epochs: heads personal through the final fit only
         last_split = self.rounds if self.head_epochs else self.rounds - 1
         if self.personal_after and (self.personal == "none" or self.personal_after > last_split):
