@@ -25,7 +25,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from collect.manifest import write_json_atomic
@@ -36,7 +35,7 @@ from dataset.stats import fleet_stats
 from dataset.windows import FleetWindowDataset, WindowSpec
 from sim.cli import code_version, fail, parse_config
 from train.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_state, rng_state, save_checkpoint
-from train.comm_hooks import register_comm_hook
+from train.comm_hooks import UnlabelledDistributedDataParallel, register_comm_hook
 from train.config import TrainConfig
 from train.monitor import Monitor, StepTimer, sync_efficiency
 from train.policy import make_policy, policy_spec
@@ -134,7 +133,7 @@ def run_training(config: TrainConfig) -> None:
         # gradient_as_bucket_view: each .grad is a view into DDP's bucket, so the backward writes the gradients
         # where the all-reduce reads them instead of copying them in and the averages back (2-rank CPU steps
         # ~10% faster).
-        model = DistributedDataParallel(policy, bucket_cap_mb=config.bucket_cap_mb, broadcast_buffers=running_stats,
+        model = UnlabelledDistributedDataParallel(policy, bucket_cap_mb=config.bucket_cap_mb, broadcast_buffers=running_stats,
                                         gradient_as_bucket_view=True)
         try:  # PowerSGD sends exact gradients during the warmup, compressed ones after it
             # the hook that runs (auto resolved) is what the saved config records
