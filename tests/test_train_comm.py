@@ -86,7 +86,7 @@ def test_cpu_transports_sum_like_gloo_on_three_ranks_and_fail_cleanly(tmp_path, 
     ("none", ["--grad-accum", "2"]),                           # gloo's all-reduce, into bucket views
     ("ring", ["--bucket-cap-mb", "0.05"]),                     # the socket ring, several buckets a step
     ("fp16", ["--amp", "bf16"]),                               # with bf16 autocast
-    ("bf16", ["--lr-scaling", "linear"]),                      # 32 x 2 ranks: lr x 64 / 256
+    ("bf16", ["--lr-scaling", "linear"]),                      # 32 x 2 ranks: lr x 64 / 512
     ("powersgd", ["--grad-accum", "2", "--warmup-steps", "2"]),  # compressing from the third step
     ("int8", ["--ema-decay", "0.9"]),                          # the averages stay in sync too
 ])
@@ -104,8 +104,8 @@ def test_every_comm_hook_trains_two_ranks_in_sync(pick_place_fleet, tmp_path, ho
         assert math.isfinite(record["loss"]) and record["communication_s"] > 0
         assert 0 < record["sync_efficiency"] < 1
     if hook == "bf16":
-        assert "lr 0.00075 (0.003 for batch 256, scaling linear)" in completed.stdout
-        assert json.loads((run / "config.json").read_text())["lr"] == pytest.approx(7.5e-4)
+        assert "lr 0.000375 (0.003 for batch 512, scaling linear)" in completed.stdout
+        assert json.loads((run / "config.json").read_text())["lr"] == pytest.approx(3.75e-4)
 
 
 def test_bf16_hook_names_a_backend_without_bfloat16(monkeypatch):

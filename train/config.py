@@ -49,7 +49,7 @@ class TrainConfig(PolicyOptions):
     robots: tuple[int, ...] = field(default=(), metadata={"help": "train on these robots only (default: all)"})
     val_fraction: float = field(default=0.1, metadata={"help": "episodes held out for validation"})
     mode: str = field(default="memory", metadata={"help": "dataset mode: memory or streaming"})
-    batch_size: int = field(default=256, metadata={"help": "windows per rank per micro-step"})
+    batch_size: int = field(default=512, metadata={"help": "windows per rank per micro-step"})
     grad_accum: int = field(default=1, metadata={"help": "micro-batches per optimiser step (DDP syncs on the last)"})
     max_steps: int = field(default=2000, metadata={"help": "optimiser steps in total (a resumed run counts on)"})
     lr: float = field(default=1e-3, metadata={"help": "peak learning rate"})
@@ -65,7 +65,7 @@ class TrainConfig(PolicyOptions):
     # optimisation (train/bc.py)
     lr_scaling: str = field(default="none", metadata={
         "help": "scale --lr to the effective batch: none, linear (lr x B/base) or sqrt (lr x sqrt(B/base))"})
-    base_batch: int = field(default=256, metadata={"help": "the effective batch --lr is meant for (--lr-scaling)"})
+    base_batch: int = field(default=512, metadata={"help": "the effective batch --lr is meant for (--lr-scaling)"})
     amp: str = field(default="none", metadata={
         "help": "mixed precision: none, bf16 (autocast, CPU or GPU) or fp16 (autocast and a GradScaler, GPU only)"})
     ema_decay: float = field(default=0.0, metadata={
