@@ -1,6 +1,6 @@
 """How fast train/bc.py trains, and how well it scales from 1 rank to 2.
 
-``mlp_scaling`` trains the default config (mlp policy, 256x256, batch 256 per rank) on one
+``mlp_scaling`` trains the default config (mlp policy, 256x256, batch 512 per rank) on one
 collected fleet and reads bc.py's own RUN/metrics.jsonl: samples/s over the training
 steps and the sync efficiency (compute / (compute + exposed communication), see
 docs/training.md), summed over the log windows after the first (start-up, warm caches).
