@@ -36,9 +36,20 @@ def collected(tmp_path_factory, name: str, *arguments: str) -> Path:
     return out
 
 
+def default_sigint() -> None:
+    """A ``preexec_fn``: the child takes Ctrl-C as a terminal's foreground job does.
+
+    A process started in the background by a shell without job control (``cmd &`` in a
+    script) inherits SIGINT ignored, and so do its children; Python then never raises
+    KeyboardInterrupt, and an interrupted run would go on to the end.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_collect(out: Path, *arguments: str) -> subprocess.Popen:
     return subprocess.Popen(collect_command(out, *arguments), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=subprocess_env(), cwd=REPO, start_new_session=True)
+                            text=True, env=subprocess_env(), cwd=REPO, start_new_session=True,
+                            preexec_fn=default_sigint)
 
 
 def wait_for_episodes(out: Path, at_least: int, process: subprocess.Popen, timeout: float = 120) -> int:

@@ -1,7 +1,6 @@
 """train/bc.py: one process and torchrun ranks, checkpoints that resume and load for evaluation."""
 
 import json
-import signal
 import subprocess
 import time
 
@@ -12,7 +11,7 @@ import torch
 from sim.fleet import make_robot
 from sim.tasks import resolve_task
 from train.checkpoint import latest_checkpoint, load_checkpoint, load_policy
-from collect_helpers import REPO, interrupt
+from collect_helpers import REPO, default_sigint, interrupt
 from train_helpers import metrics, train, train_command, train_env
 
 
@@ -45,11 +44,9 @@ def test_one_process_learns_checkpoints_and_resumes_where_it_stopped(pick_place_
 
 def test_ctrl_c_keeps_the_last_checkpoint_says_so_in_one_line_and_a_rerun_resumes(pick_place_fleet, tmp_path):
     run = tmp_path / "run"
-    # SIG_DFL: a background process may inherit SIGINT ignored, and a terminal's Ctrl-C goes to the process group
     process = subprocess.Popen(train_command("--data", pick_place_fleet, "--out", run, "--max-steps", "1000000"),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=train_env(),
-                               cwd=REPO, start_new_session=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                               cwd=REPO, start_new_session=True, preexec_fn=default_sigint)
     deadline = time.monotonic() + 120
     while latest_checkpoint(run) is None and time.monotonic() < deadline:
         time.sleep(0.2)
