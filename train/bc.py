@@ -133,8 +133,8 @@ def run_training(config: TrainConfig) -> None:
         # gradient_as_bucket_view: each .grad is a view into DDP's bucket, so the backward writes the gradients
         # where the all-reduce reads them instead of copying them in and the averages back (2-rank CPU steps
         # ~10% faster).
-        model = UnlabelledDistributedDataParallel(policy, bucket_cap_mb=config.bucket_cap_mb, broadcast_buffers=running_stats,
-                                        gradient_as_bucket_view=True)
+        model = UnlabelledDistributedDataParallel(policy, bucket_cap_mb=config.bucket_cap_mb,
+                                                  broadcast_buffers=running_stats, gradient_as_bucket_view=True)
         try:  # PowerSGD sends exact gradients during the warmup, compressed ones after it
             # the hook that runs (auto resolved) is what the saved config records
             config.comm_hook = register_comm_hook(model, config.comm_hook, device, config.powersgd_rank,

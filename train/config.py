@@ -89,13 +89,11 @@ class TrainConfig(PolicyOptions):
                              "checkpoint_interval", "keep_checkpoints", "base_batch", "powersgd_rank"),
                       lambda value: value >= 1, "must be at least 1")
         check_choices(self, {"lr_scaling": ("none", "linear", "sqrt"), "amp": ("none", "bf16", "fp16"),
-                             "comm_hook": COMM_HOOKS, "wandb_mode": ("", "online", "offline", "disabled")})
+                             "comm_hook": COMM_HOOKS, "wandb_mode": ("", "online", "offline", "disabled"),
+                             "mode": ("memory", "streaming")})
         check_options(self, ("ema_decay", "val_fraction"), lambda value: 0.0 <= value < 1.0, "must be in [0, 1)")
         check_options(self, ("lr", "bucket_cap_mb"), lambda value: value > 0, "must be positive")
         check_options(self, ("warmup_steps", "weight_decay", "grad_clip"), lambda value: value >= 0,
                       "must not be negative")
-        if self.threads < 0:
-            raise ValueError(f"--threads must be 0 (torch's default) or more, got {self.threads}")
-        if self.mode not in ("memory", "streaming"):
-            raise ValueError(f"--mode must be memory or streaming, got {self.mode!r}")
+        check_options(self, ("threads",), lambda value: value >= 0, "must be 0 (torch's default) or more")
         self.sites, self.robots = tuple(self.sites), tuple(self.robots)

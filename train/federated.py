@@ -316,8 +316,8 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
         except ValueError as error:  # an unreachable --scheduler
             fail(str(error))
         metrics = stack.enter_context(open(run / "metrics.jsonl", "a"))
-        bar = stack.enter_context(progress_bar(total=config.rounds, initial=server.round, desc="rounds", unit="round",
-                                       disable=config.quiet))
+        bar = stack.enter_context(progress_bar(total=config.rounds, initial=server.round, desc="rounds",
+                                               unit="round", disable=config.quiet))
 
         def write(record: dict) -> None:
             metrics.write(json.dumps(record) + "\n")
