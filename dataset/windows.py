@@ -7,7 +7,7 @@ for every feature with delta indices, the frames ``t + delta``:
 |-----------------------------------|-----------------------|---------------------------|
 | ``observation.state``             | [n_obs_steps, D]      | ``1 - n_obs_steps .. 0``  |
 | ``observation.environment_state`` | [n_obs_steps, E]      | ``1 - n_obs_steps .. 0``  |
-| ``observation.images.<cam>``      | [n_obs_steps, C, H, W] float in [0, 1] | same     |
+| ``observation.images.<cam>``      | [n_obs_steps, H, W, C] uint8, as stored | same     |
 | ``action``                        | [horizon, A]          | ``0 .. horizon - 1``      |
 | ``<key>_is_pad``                  | [steps] bool          | True where padded         |
 
@@ -15,6 +15,9 @@ plus ``robot_id``, ``episode_index`` and ``frame_index`` (of ``t``). A window ne
 crosses an episode boundary: indices before the episode's first frame or after its
 last repeat that edge frame, and the ``_is_pad`` mask flags them, as LeRobotDataset
 does with ``delta_timestamps``.
+
+Images stay uint8 in the store's layout: a quarter of the bytes of float, and the
+policy converts them on its device (``train/augment.py``).
 
 ``dataset[i]`` gives one sample; ``dataset[[i, j, ...]]`` gives a whole batch in one
 vectorised gather (what ``make_dataloader`` uses), with a leading batch dimension.
@@ -127,11 +130,7 @@ class FleetWindowDataset(torch.utils.data.Dataset):
                 wanted = current + np.asarray(deltas)
                 windows[deltas] = (np.clip(wanted, first, last).ravel(), (wanted < first) | (wanted > last))
             rows, padding = windows[deltas]
-            if self.features[name]["dtype"] in ("image", "video"):  # uint8 H W C -> float C H W in [0, 1]
-                images = torch.from_numpy(self.frames.gather(name, rows)).unflatten(0, padding.shape)
-                torch.div(images.permute(0, 1, 4, 2, 3), 255, out=batch[name])
-            else:
-                self.frames.gather(name, rows, out=batch[name].numpy().reshape(len(rows), -1))
+            self.frames.gather(name, rows, out=batch[name].numpy().reshape(len(rows), -1))
             batch[f"{name}_is_pad"].numpy()[:] = padding
         for name, values in (("robot_id", self._robot), ("episode_index", self._episode),
                              ("frame_index", self._frame_index)):
@@ -144,10 +143,8 @@ class FleetWindowDataset(torch.utils.data.Dataset):
         layout = []
         for name, deltas in self.spec.delta_indices.items():
             shape = tuple(self.features[name]["shape"])
-            if self.features[name]["dtype"] in ("image", "video"):
-                height, width, channels = shape
-                shape = (channels, height, width)
-            layout.append((name, (batch_size, len(deltas), *shape), torch.float32))
+            dtype = torch.uint8 if self.features[name]["dtype"] in ("image", "video") else torch.float32
+            layout.append((name, (batch_size, len(deltas), *shape), dtype))
             layout.append((f"{name}_is_pad", (batch_size, len(deltas)), torch.bool))
         layout += [(name, (batch_size,), torch.int64) for name in ("robot_id", "episode_index", "frame_index")]
         return tuple(layout)

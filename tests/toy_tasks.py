@@ -48,3 +48,25 @@ if "toy/Coin-v0" not in gym.registry:
 
 COIN = TaskSpec("coin", "toy/Coin-v0", lambda profile: OddSeedsFail(), env_kwargs=lambda profile: {},
                 supports_cameras=False)
+
+
+class WithoutPrivilegedState(gym.ObservationWrapper):
+    """A RoboFleet env whose observations leave out ``observation.environment_state``, as a real robot's would."""
+
+    PRIVILEGED = "observation.environment_state"
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.observation_space = spaces.Dict({name: space for name, space in env.observation_space.spaces.items()
+                                              if name != self.PRIVILEGED})
+
+    def observation(self, observation):
+        return {name: value for name, value in observation.items() if name != self.PRIVILEGED}
+
+
+if "toy/ReachWithoutPrivilegedState-v0" not in gym.registry:
+    gym.register("toy/ReachWithoutPrivilegedState-v0",
+                 entry_point=lambda **kwargs: WithoutPrivilegedState(gym.make("robofleet/Reach-v0", **kwargs)))
+
+# reach as a real robot sees it (no expert can act on it: the expert needs the goal's position)
+REACH_WITHOUT_PRIVILEGED_STATE = TaskSpec("reach", "toy/ReachWithoutPrivilegedState-v0", lambda profile: None)

@@ -97,10 +97,11 @@ def run_training(config: TrainConfig) -> None:
     train_episodes, val_episodes = split_episodes(episodes, config.val_fraction, seed=config.seed)
     if not train_episodes:
         fail(f"no successful episodes in {config.data} match --robots {config.robots} --sites {config.sites}")
-    try:  # the policy's inputs: the state features, plus the cameras for image policies
+    try:  # the policy's inputs (--inputs): which of the store's features it sees
         spec = policy_spec(config, store.features)
     except ValueError as error:
         fail(str(error))
+    config.inputs = spec.inputs  # auto resolved: the saved config records what the policy sees
     window = WindowSpec.of(spec.n_obs_steps, spec.horizon, [*spec.features, "action"], spec.action_start)
     try:  # too few windows for the batch size or the ranks is a one-line error
         train_loader = make_dataloader(FleetWindowDataset(store, train_episodes, window, mode=config.mode),
@@ -195,7 +196,7 @@ def run_training(config: TrainConfig) -> None:
                                                  "world_size": world_size, "effective_batch": effective_batch,
                                                  "lr": lr, "sync_batchnorm_layers": sync_batchnorm_layers,
                                                  "code_version": code_version()})
-        print(f"training {config.policy} on {len(train_episodes)} episodes ({len(val_episodes)} held out), "
+        print(f"training {config.policy} on {spec.inputs} ({', '.join(spec.features)}) from {len(train_episodes)} episodes ({len(val_episodes)} held out), "
               f"{world_size} rank(s) on {device}, batch "
               f"{config.batch_size} x {config.grad_accum} micro-steps x {world_size} ranks = "
               f"{effective_batch} windows per step (the effective batch); lr {lr:.4g} ({config.lr:.4g} "

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from sim.cli import check_choices, check_options
 from train.comm_hooks import COMM_HOOKS
+from train.policy import INPUTS
 
 VISION_BACKBONES = ("small", "resnet18")  # train/vision.py
 LEROBOT_SIZES = ("small", "default")  # train/lerobot_policies.py
@@ -27,13 +28,24 @@ class PolicyOptions:
     vision_backbone: str = field(default="small", metadata={"help": "cnn image encoder: small or resnet18"})
     lerobot_config: str = field(default="small", metadata={
         "help": "act/diffusion model sizes: small (CPU-sized) or default (LeRobot's)"})
+    inputs: str = field(default="auto", metadata={
+        "help": "what the policy sees: state (proprioception + the privileged object and goal state), "
+                "proprio+cameras (what a real robot has), cameras, or state+cameras; auto: proprio+cameras for "
+                "cnn, act and diffusion on a store with cameras, else state"})
+    image_shift: int = field(default=4, metadata={
+        "help": "training augmentation: shift each image by up to this many pixels (0: off)"})
+    colour_jitter: float = field(default=0.0, metadata={
+        "help": "training augmentation: scale brightness and contrast by up to this fraction (0: off)"})
 
     def __post_init__(self):
         if self.n_obs_steps is None:
             self.n_obs_steps = 1 if self.policy == "act" else 2
         if self.policy == "act" and self.n_obs_steps != 1:
             raise ValueError(f"--n-obs-steps must be 1 for act (LeRobot's ACT takes one frame), got {self.n_obs_steps}")
-        check_choices(self, {"vision_backbone": VISION_BACKBONES, "lerobot_config": LEROBOT_SIZES})
+        check_choices(self, {"vision_backbone": VISION_BACKBONES, "lerobot_config": LEROBOT_SIZES,
+                             "inputs": ("auto", *INPUTS)})
+        check_options(self, ("image_shift",), lambda value: value >= 0, "must not be negative")
+        check_options(self, ("colour_jitter",), lambda value: 0.0 <= value < 1.0, "must be in [0, 1)")
         check_options(self, ("n_obs_steps", "horizon", "n_action_steps"), lambda value: value >= 1,
                       "must be at least 1")
         self.hidden = tuple(self.hidden)

@@ -295,6 +295,7 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
         server = Server(config, store, policy_spec(config, store.features), stats, robots)
     except (ValueError, NotImplementedError) as error:
         fail(str(error))
+    config.inputs = server.spec.inputs  # auto resolved: the saved config records what the policy sees
     checkpoint_path = latest_checkpoint(run) if config.resume else None
     if checkpoint_path is not None:
         server.restore(load_checkpoint(checkpoint_path))

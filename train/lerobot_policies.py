@@ -34,7 +34,7 @@ from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
 from lerobot.policies.diffusion.modeling_diffusion import DiffusionPolicy
 from lerobot.utils.constants import OBS_IMAGES
 
-from train.policy import Policy, PolicySpec, is_image
+from train.policy import PROPRIO_FEATURE, Policy, PolicySpec, is_image
 
 SMALL = {  # CPU-sized models; "default" keeps LeRobot's sizes
     "act": {"dim_model": 128, "n_heads": 4, "dim_feedforward": 512, "n_encoder_layers": 2, "n_decoder_layers": 1,
@@ -134,6 +134,12 @@ class DiffusionAdapter(LeRobotAdapter):
     @staticmethod
     def window_fields(spec: PolicySpec) -> dict:
         return {"n_obs_steps": spec.n_obs_steps, "horizon": spec.horizon, "n_action_steps": spec.n_action_steps}
+
+    @classmethod
+    def check_inputs(cls, inputs: str, features: dict[str, list[int]]) -> None:
+        if PROPRIO_FEATURE not in features:
+            raise ValueError(f"diffusion conditions on {PROPRIO_FEATURE}, which --inputs {inputs} leaves out "
+                             "(use --inputs proprio+cameras)")
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.lerobot_policy(self.normalised_batch(batch))[0]

@@ -5,15 +5,24 @@ from the fleet statistics), so a checkpoint is enough to run it:
 
 - ``forward(batch) -> loss``: a training batch in the layout of
   ``dataset.windows.FleetWindowDataset`` (``observation.*`` [B, n_obs_steps, ...],
-  images float [B, n_obs_steps, C, H, W] in [0, 1], ``action`` [B, horizon, A],
+  images uint8 [B, n_obs_steps, H, W, C] as stored, ``action`` [B, horizon, A],
   ``action_is_pad`` [B, horizon]).
 - ``reset()``: forget the observation history and queued actions (call at episode start).
 - ``select_action(observation) -> action``: one env observation dict (numpy) in, one
   action out. It predicts a chunk of actions, executes the first ``n_action_steps``
   of them one per call, then predicts again. A leading batch dimension runs B envs in
   lockstep (``[B, ...]`` in, ``[B, A]`` out); ``reset()`` starts all of them afresh.
-  Camera images come from the env as uint8 [H, W, 3] and are turned into the
-  training layout here, once, for every image policy.
+
+Camera images reach the policy as uint8 [..., H, W, 3], from the loader and from the
+env alike, and ``normalised`` turns them into float [..., C, H, W] on the policy's
+device, with the random shift and colour jitter of ``train/augment.py`` in training
+mode only (``spec.image_shift``, ``spec.colour_jitter``).
+
+What a policy sees is its ``inputs`` (``INPUTS``), saved in its spec: ``state`` is
+``observation.state`` plus the simulator's privileged ``observation.environment_state``
+(object poses and the goal); ``proprio+cameras`` is what a real robot has, its own
+``observation.state`` and every camera; ``cameras`` is the images alone;
+``state+cameras`` is everything, a privileged upper bound for the image policies.
 
 The kinds (``POLICIES``): ``mlp`` (here), ``cnn`` (train/vision.py), and LeRobot's
 ``act`` and ``diffusion`` (train/lerobot_policies.py). ``policy_spec`` picks a kind's
@@ -30,8 +39,17 @@ import numpy as np
 import torch
 from torch import nn
 
-STATE_FEATURES = ("observation.state", "observation.environment_state")
+from train.augment import images_to_model
+
+PROPRIO_FEATURE = "observation.state"
+STATE_FEATURES = (PROPRIO_FEATURE, "observation.environment_state")
 IMAGE_PREFIX = "observation.images."
+INPUTS = {  # --inputs -> (vector features it takes, whether it takes the cameras)
+    "state": (STATE_FEATURES, False),
+    "proprio+cameras": ((PROPRIO_FEATURE,), True),
+    "cameras": ((), True),
+    "state+cameras": (STATE_FEATURES, True),
+}
 POLICIES = {  # kind -> "module:class", imported when used (lerobot takes seconds to import)
     "mlp": "train.policy:MLPPolicy",
     "cnn": "train.vision:CNNPolicy",
@@ -52,6 +70,8 @@ class PolicySpec:
     ``action_start`` is the first action's offset from the current frame in a training
     window (diffusion's window starts ``n_obs_steps - 1`` frames back). ``options`` holds
     kind-specific settings (cnn: its vision backbone; act/diffusion: LeRobot config fields).
+    ``inputs`` names the choice ``features`` was made by; ``image_shift`` and
+    ``colour_jitter`` are the training augmentation of the images.
     """
 
     kind: str = "mlp"
@@ -63,6 +83,9 @@ class PolicySpec:
     action_dim: int = 0
     action_start: int = 0
     options: dict = field(default_factory=dict)
+    inputs: str = "state"
+    image_shift: int = 0
+    colour_jitter: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -132,9 +155,24 @@ class Policy(nn.Module):
         """Kind-specific ``PolicySpec`` fields from a ``TrainConfig`` (``options``, ``action_start``)."""
         return {}
 
+    @classmethod
+    def check_inputs(cls, inputs: str, features: dict[str, list[int]]) -> None:
+        """Raise ValueError, naming the fix, if this kind cannot run on ``features`` (chosen by ``inputs``)."""
+
     def normalised(self, observations: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The inputs of ``spec.features``, each normalised by its fleet statistics."""
-        return {name: self.inputs[module_key(name)](observations[name]) for name in self.spec.features}
+        """The inputs of ``spec.features``, each normalised by its fleet statistics.
+
+        Images come in as uint8 [..., H, W, C] and leave as float [..., C, H, W], augmented
+        in training mode (see the module docstring).
+        """
+        normalised = {}
+        for name in self.spec.features:
+            value = observations[name]
+            if is_image(name):
+                value = images_to_model(value, *((self.spec.image_shift, self.spec.colour_jitter) if self.training
+                                                 else (0, 0.0)))
+            normalised[name] = self.inputs[module_key(name)](value)
+        return normalised
 
     def predict_chunk(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
         """Actions [B, >= n_action_steps, A] (unnormalised), from the current frame on, for
@@ -155,7 +193,7 @@ class Policy(nn.Module):
         batched = np.ndim(observation[first]) > len(self.spec.features[first])
         for name in self.spec.features:
             history = self._history.setdefault(name, deque(maxlen=self.spec.n_obs_steps))
-            value = as_model_input(name, observation[name])
+            value = np.asarray(observation[name], dtype=np.uint8 if is_image(name) else np.float32)
             value = value if batched else value[None]
             while len(history) < self.spec.n_obs_steps - 1:  # an episode's first frame pads the history
                 history.append(value)
@@ -167,13 +205,6 @@ class Policy(nn.Module):
             self._queued.extend(chunk.transpose(1, 0, 2)[: self.spec.n_action_steps])
         action = self._queued.popleft()
         return action if batched else action[0]
-
-
-def as_model_input(name: str, value: np.ndarray) -> np.ndarray:
-    """An env observation in the training layout: float32; images uint8 [..., H, W, C] -> [..., C, H, W] in [0, 1]."""
-    if is_image(name):
-        return np.moveaxis(np.asarray(value), -1, -3).astype(np.float32) / 255
-    return np.asarray(value, dtype=np.float32)
 
 
 def masked_mean(error: torch.Tensor, is_pad: torch.Tensor) -> torch.Tensor:
@@ -236,21 +267,43 @@ def policy_class(kind: str) -> type[Policy]:
 def policy_spec(config, store_features: dict[str, dict]) -> PolicySpec:
     """The spec of ``config.policy`` (a ``TrainConfig``) on a store with ``store_features``.
 
-    Every kind takes the state features the store has; image kinds also take its cameras
-    (as [C, H, W]). Raises ValueError for an unknown kind or a kind the store cannot feed.
+    ``config.inputs`` picks the features (``INPUTS``; ``auto``: ``proprio+cameras`` for cnn,
+    and for act and diffusion on a store with cameras, else ``state``), cameras as [C, H, W]. ``state``
+    takes whichever of ``STATE_FEATURES`` the store has (plug-in tasks may have only
+    ``observation.state``); the other choices need every feature they name. Raises
+    ValueError, naming the fix, for an unknown kind, inputs the kind cannot take, or
+    inputs the store cannot feed.
     """
     cls = policy_class(config.policy)
-    features = {name: list(store_features[name]["shape"]) for name in STATE_FEATURES if name in store_features}
     cameras = {name: [feature["shape"][2], *feature["shape"][:2]] for name, feature in store_features.items()
                if is_image(name) and feature["dtype"] in ("image", "video")}
-    if cls.images == "required" and not cameras:
-        raise ValueError(f"the {config.policy} policy needs camera images and the store has none "
-                         f"(collect with --cameras)")
-    if cls.images != "none":
+    inputs = config.inputs
+    if inputs == "auto":
+        inputs = "proprio+cameras" if cls.images == "required" or (cls.images == "optional" and cameras) else "state"
+    vectors, takes_cameras = INPUTS[inputs]
+    if takes_cameras and cls.images == "none":
+        raise ValueError(f"--inputs {inputs} needs an image policy: {config.policy} takes no camera images "
+                         "(use --policy cnn, act or diffusion)")
+    if not takes_cameras and cls.images == "required":
+        raise ValueError(f"the {config.policy} policy needs camera images, which --inputs {inputs} leaves out "
+                         "(use --inputs proprio+cameras)")
+    if takes_cameras and not cameras:
+        raise ValueError(f"--inputs {inputs} needs camera images and the store has none "
+                         "(collect with --cameras front wrist)")
+    missing = [name for name in vectors if name not in store_features]
+    if missing and inputs != "state":
+        raise ValueError(f"--inputs {inputs} needs {missing[0]}, which the store does not have")
+    features = {name: list(store_features[name]["shape"]) for name in vectors if name in store_features}
+    if takes_cameras:
         features.update(cameras)
+    if not features:
+        raise ValueError(f"--inputs {inputs} finds none of {', '.join(vectors)} in the store")
+    cls.check_inputs(inputs, features)
+    augmentation = {"image_shift": config.image_shift, "colour_jitter": config.colour_jitter} if takes_cameras else {}
     return PolicySpec(kind=config.policy, n_obs_steps=config.n_obs_steps, horizon=config.horizon,
                       n_action_steps=config.n_action_steps, hidden=tuple(config.hidden), features=features,
-                      action_dim=store_features["action"]["shape"][0], **cls.options(config))
+                      action_dim=store_features["action"]["shape"][0], inputs=inputs, **augmentation,
+                      **cls.options(config))
 
 
 def make_policy(spec: PolicySpec, stats: dict[str, dict[str, np.ndarray]]) -> Policy:
