@@ -31,6 +31,16 @@ class ReachEnv(ArmEnv):
     | observation.environment_state    | (3,)      | goal position (world, m)              |
     | observation.images.<camera>      | (H, W, 3) | uint8 RGB, only for requested cameras |
 
+    ## Cameras
+    ``front`` is fixed across the table, facing the arm: it sees the arm, the table
+    and the goal marker (a translucent green sphere whose radius is the goal
+    tolerance). ``wrist`` rides on the hand and looks down past the fingertips at
+    the table below and ahead of the gripper. At reset, at 96 x 96 (480 resets of
+    24 robots; "sees" = at least 4 pixels): front sees the goal in 99.8% of resets,
+    wrist in 70% (not goals above, beside or behind the hand). A goal just behind
+    the wrist can be hidden from both cameras by the hand (about 0.3% of resets,
+    factory robots, whose marker is smallest).
+
     ## Reward
     Minus the distance from the end-effector to the goal, in metres.
 

@@ -24,6 +24,16 @@ class StackEnv(CubeEnv):
     | observation.environment_state    | (14,)     | top cube position (3) and quaternion w,x,y,z (4), base cube position (3) and quaternion (4) |
     | observation.images.<camera>      | (H, W, 3) | uint8 RGB, only for requested cameras              |
 
+    ## Cameras
+    ``front`` is fixed across the table, facing the arm: it sees the arm, the table,
+    both cubes and the goal marker (a translucent green sphere whose radius is the
+    goal tolerance, centred where the top cube must come to rest). ``wrist`` rides
+    on the hand and looks down past the fingertips at the table below and ahead of
+    the gripper. At reset, at 96 x 96 (480 resets of 24 robots; "sees" = at least
+    4 pixels): front sees both cubes and the goal in every reset; wrist sees the top
+    cube in 99.4%, the base cube in 99.6% and the goal in 99.4% (not the table's far
+    corners), with 4-5x the pixels.
+
     ## Reward
     Minus (top cube's distance to the spot on top of the base cube + 0.5 x gripper-to-cube
     distance), metres.
