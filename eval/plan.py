@@ -177,7 +177,8 @@ def make_plan(config: EvalConfig) -> EvalPlan:
     info = None
     if checkpoint is not None:
         info = {"path": checkpoint_path, "step": checkpoint["step"], "code_version": checkpoint.get("code_version"),
-                "task": checkpoint["task"], "policy": checkpoint["policy_spec"]["kind"], "data": checkpoint.get("data"),
+                "task": checkpoint["task"], "policy": checkpoint["policy_spec"]["kind"],
+                "inputs": checkpoint["policy_spec"].get("inputs", "state"), "data": checkpoint.get("data"),
                 "personal_robots": sorted(checkpoint.get("personal", {}))}
     return EvalPlan(task=task, task_name=spec.name, checkpoint=checkpoint_path, checkpoint_info=info,
                     cameras=cameras, image_size=image_size, fps=fps, fleet_seed=fleet_seed, seeds_from=seeds_from,

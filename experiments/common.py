@@ -28,6 +28,12 @@ def run_step(name: str, command: list[str], log: Path) -> float:
     return seconds
 
 
+def repo_relative(path: Path | str) -> str:
+    """``path`` relative to the repository when it lies inside it (as results record paths), else as given."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(path)
+
+
 def write_section(path: Path, name: str, heading: str, text: str) -> None:
     """Put ``text`` between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path``, replacing what was there.
 

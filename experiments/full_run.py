@@ -1,149 +1,277 @@
-"""The recorded full run: collect, train and evaluate each task, the BC policy against the scripted expert.
+"""The recorded full runs: collect, train and evaluate each task, every policy beside the scripted expert.
 
-    .venv/bin/python -m experiments.full_run                    # the recorded run (see docs/evaluation.md)
+    .venv/bin/python -m experiments.full_run                         # state: the MLP on reach, push, pick_place
+    .venv/bin/python -m experiments.full_run --setting visuomotor    # cnn, act, diffusion from cameras
     .venv/bin/python -m experiments.full_run --tasks reach --robots 3 --episodes 4 --steps 50 \\
         --eval-robots 3 --eval-episodes 2 --out /tmp/full --docs /tmp/full/evaluation.md --results-dir /tmp/full
 
-For each task, as a user would run it (each stage a subprocess, its output in a log):
+A setting (``SETTINGS``) is a set of defaults, and every option overrides it:
 
-1. ``collect --robots R --episodes E --task T`` (state observations, the scripted expert);
-2. ``torchrun --standalone --nproc_per_node=RANKS train/bc.py --max-steps S`` (DDP behaviour cloning);
-3. ``evaluate --compare --robots N --episodes K``: the policy and the expert on the same
-   robots and the same held-out seeds.
+- ``state``: the MLP on ``observation.state`` plus the privileged object and goal state;
+- ``visuomotor``: what a real robot has, ``observation.state`` plus the front and wrist
+  cameras and no privileged state (``--inputs proprio+cameras``), for the cnn and
+  LeRobot's act and diffusion (small configs).
 
-The goal (issue: evaluation) is policy success >= 90% of the expert's on every task and
->= 95% on reach. Per-task data and steps are given in the order of ``--tasks`` (one value
-serves every task). Writes ``full_run.json`` to ``--results-dir`` and the table, with the
-command that made it, into ``--docs``. Every stage resumes: rerunning after a crash
-skips the finished work (collect and train carry on; evaluation is redone).
+For each task, as a user would run it (each stage a subprocess, its output in a log
+under ``--out/TASK``):
+
+1. ``collect --robots R --episodes E --task T`` (``--cameras`` in the visuomotor setting);
+2. ``evaluate --expert --task T --robots N --episodes K``: the scripted expert on the
+   held-out seeds, once per task;
+3. for each policy, ``torchrun --nproc_per_node=RANKS train/bc.py --policy P --inputs I``
+   and ``evaluate --checkpoint`` on the same robots; the script checks that the policy
+   ran on exactly the expert's seeds. ``--videos K`` records K episodes of each policy,
+   one per site first.
+
+Goals: policy success over the expert's (fleet) of ``GOALS[setting][task]``, and in the
+visuomotor setting >= 0.85 of the expert's on every site as well. The table of every
+policy finished so far, and ``--results-dir/NAME.json`` (NAME: ``full_run``, or
+``full_run_visuomotor``), are written after each one, so figures land as they come. Every
+stage resumes: collect and train carry on, and a finished evaluation of the final
+checkpoint is kept.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from benchmarks.common import machine_facts, write_results
-from experiments.common import REPO, run_step, write_section
+from experiments.common import REPO, repo_relative, run_step, write_section
 from sim.cli import parse_config
 from sim.fleet import SITES
+from train.checkpoint import latest_checkpoint, load_checkpoint
 
-GOALS = {"reach": 0.95}  # policy success / expert success; every other task: DEFAULT_GOAL
+SETTINGS = {  # the defaults of each setting; per-task values follow the order of `tasks`
+    "state": {"tasks": ("reach", "push", "pick_place"), "policies": ("mlp",), "inputs": "state", "cameras": (),
+              # sized from a probe (docs/evaluation.md): push is the data-hungry one
+              "episodes": (20, 100, 40), "steps": (2000, 20000, 10000), "hidden": (512, 512, 512),
+              "batch_size": 256, "videos": 0},
+    "visuomotor": {"tasks": ("pick_place", "push"), "policies": ("cnn", "act", "diffusion"),
+                   "inputs": "proprio+cameras", "cameras": ("front", "wrist"),
+                   "episodes": (40, 60), "steps": (6000, 8000), "hidden": (256, 256), "batch_size": 64, "videos": 3},
+}
+GOALS = {"state": {"reach": 0.95}, "visuomotor": {"pick_place": 0.95, "push": 0.85}}  # policy / expert success
 DEFAULT_GOAL = 0.90
+SITE_GOAL = {"visuomotor": 0.85}  # policy / expert success on every site
 
 
 @dataclass
 class FullRunConfig:
-    tasks: tuple[str, ...] = field(default=("reach", "push", "pick_place"), metadata={"help": "tasks, in order"})
+    setting: str = field(default="state", metadata={"help": "state or visuomotor: the defaults below"})
+    tasks: tuple[str, ...] = field(default=(), metadata={"help": "tasks, in order (default: the setting's)"})
+    policies: tuple[str, ...] = field(default=(), metadata={"help": "policy kinds trained on each task"})
+    inputs: str = field(default="", metadata={"help": "what the policies see (train/bc.py --inputs)"})
+    cameras: tuple[str, ...] = field(default=(), metadata={"help": "cameras collected (visuomotor: front wrist)"})
+    image_size: int = field(default=64, metadata={"help": "camera image size, pixels"})
     robots: int = field(default=50, metadata={"help": "robots collected for training (fleet seed --seed)"})
-    # Sized from a probe (docs/evaluation.md): push is the data-hungry one.
-    episodes: tuple[int, ...] = field(default=(20, 100, 40), metadata={"help": "training episodes per robot, per task"})
-    steps: tuple[int, ...] = field(default=(2000, 20000, 10000), metadata={"help": "training steps, per task"})
-    hidden: tuple[int, ...] = field(default=(512, 512, 512), metadata={"help": "MLP hidden widths"})
-    batch_size: int = field(default=256, metadata={"help": "windows per rank per step"})
+    episodes: tuple[int, ...] = field(default=(), metadata={"help": "training episodes per robot, per task"})
+    steps: tuple[int, ...] = field(default=(), metadata={"help": "training steps, per task"})
+    hidden: tuple[int, ...] = field(default=(), metadata={"help": "MLP (and cnn head) hidden widths"})
+    batch_size: int = field(default=0, metadata={"help": "windows per rank per step"})
     val_fraction: float = field(default=0.05, metadata={"help": "training episodes held out for the validation loss"})
     ranks: int = field(default=2, metadata={"help": "DDP ranks (torchrun processes)"})
     eval_robots: int = field(default=50, metadata={"help": "robots evaluated (the training fleet's first N)"})
     eval_episodes: int = field(default=10, metadata={"help": "held-out episodes per evaluated robot"})
+    videos: int = field(default=-1, metadata={"help": "episodes recorded as MP4 per policy (one per site first)"})
     seed: int = field(default=0, metadata={"help": "fleet seed"})
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers for collect and evaluate"})
-    out: str = field(default="runs/full_run", metadata={"help": "directory for data, runs, evaluations and logs"})
-    docs: str = field(default=str(REPO / "docs" / "evaluation.md"), metadata={"help": "markdown file for the table"})
-    results_dir: str = field(default=str(REPO / "experiments" / "results"),
-                             metadata={"help": "where full_run.json is written"})
+    out: str = field(default="", metadata={"help": "directory for data, runs, evaluations and logs "
+                                                   "(default: runs/NAME)"})
+    docs: str = field(default="docs/evaluation.md", metadata={"help": "markdown file for the table"})
+    media: str = field(default="docs/media", metadata={"help": "where the best policy's videos are copied"})
+    results_dir: str = field(default="experiments/results", metadata={"help": "where NAME.json is written"})
 
     def __post_init__(self):
+        if self.setting not in SETTINGS:
+            raise ValueError(f"--setting must be one of {', '.join(SETTINGS)}, got {self.setting!r}")
+        for name, default in SETTINGS[self.setting].items():  # options left unset take the setting's value
+            if getattr(self, name) in ((), "", 0, -1):
+                setattr(self, name, default)
+        self.out = self.out or f"runs/{self.name}"
         for name in ("episodes", "steps"):
             values = getattr(self, name)
             if len(values) not in (1, len(self.tasks)):
                 raise ValueError(f"--{name} takes one value or one per task ({len(self.tasks)}), got {len(values)}")
-        for name in ("robots", "eval_robots", "eval_episodes", "ranks", "batch_size", "workers"):
+        for name in ("robots", "eval_robots", "eval_episodes", "ranks", "batch_size", "workers", "image_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+
+    @property
+    def name(self) -> str:
+        """The results' name: ``full_run`` for the state setting, ``full_run_<setting>`` for the others."""
+        return "full_run" if self.setting == "state" else f"full_run_{self.setting}"
 
     def per_task(self, name: str, task_index: int) -> int:
         values = getattr(self, name)
         return values[task_index] if len(values) > 1 else values[0]
 
 
-def task_commands(config: FullRunConfig, task: str, index: int, out: Path) -> dict[str, list[str]]:
-    """The three stages of one task, as command lines."""
-    python = sys.executable
+def collect_command(config: FullRunConfig, task: str, index: int, out: Path) -> list[str]:
+    cameras = ["--cameras", *config.cameras, "--image-size", str(config.image_size)] if config.cameras else []
+    return [sys.executable, "-m", "collect.cli", "--task", task, "--robots", str(config.robots),
+            "--episodes", str(config.per_task("episodes", index)), "--seed", str(config.seed), *cameras,
+            "--workers", str(config.workers), "--out", str(out / "data"), "--quiet"]
+
+
+def train_command(config: FullRunConfig, policy: str, index: int, out: Path) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={config.ranks}",
+            str(REPO / "train" / "bc.py"), "--data", str(out / "data"), "--out", str(out / policy / "run"),
+            "--policy", policy, "--inputs", config.inputs, "--max-steps", str(config.per_task("steps", index)),
+            "--batch-size", str(config.batch_size), "--val-fraction", str(config.val_fraction),
+            "--hidden", *map(str, config.hidden), "--seed", str(config.seed)]
+
+
+def evaluate_command(config: FullRunConfig, agent: list[str], out: Path, videos: int = 0) -> list[str]:
+    return [sys.executable, "-m", "eval.cli", *agent, "--robots", str(config.eval_robots),
+            "--episodes", str(config.eval_episodes), "--seed", str(config.seed), "--videos", str(videos),
+            "--workers", str(config.workers), "--out", str(out), "--overwrite", "--quiet"]
+
+
+def finished_evaluation(out: Path, step: int | None, episodes: int) -> dict | None:
+    """The eval_info of a finished evaluation in ``out`` of ``episodes`` episodes (of checkpoint ``step``), if any."""
+    path = out / "eval_info.json"
+    if not path.exists():
+        return None
+    info = json.loads(path.read_text())
+    done = info["fleet"]["n_episodes"] == episodes and (step is None or info["checkpoint"]["step"] == step)
+    return info if done else None
+
+
+def trained_step(run: Path) -> int | None:
+    last = latest_checkpoint(run)
+    return load_checkpoint(last)["step"] if last else None
+
+
+def seeds_of(info: dict) -> list[tuple[int, int]]:
+    return sorted((episode["robot_id"], episode["seed"]) for episode in info["per_episode"])
+
+
+def policy_result(config: FullRunConfig, task: str, index: int, policy: str, evaluation: Path, expert: dict,
+                  seconds: dict) -> dict:
+    """One (task, policy) row: success with intervals, per site, over the expert's, and whether the goals hold."""
+    info = json.loads((evaluation / "eval_info.json").read_text())
+    ratio = info["fleet"]["pc_success"] / expert["fleet"]["pc_success"] if expert["fleet"]["pc_success"] else None
+    sites = [site for site in SITES if site in info["per_site"]]
+    site_ratios = {site: (info["per_site"][site]["pc_success"] / expert["per_site"][site]["pc_success"]
+                          if expert["per_site"][site]["pc_success"] else None) for site in sites}
+    goal, site_goal = GOALS[config.setting].get(task, DEFAULT_GOAL), SITE_GOAL.get(config.setting)
+    met = ratio is not None and ratio >= goal
+    if site_goal is not None:
+        met = met and all(r is not None and r >= site_goal for r in site_ratios.values())
     return {
-        "collect": [python, "-m", "collect.cli", "--task", task, "--robots", str(config.robots),
-                    "--episodes", str(config.per_task("episodes", index)), "--seed", str(config.seed),
-                    "--workers", str(config.workers), "--out", str(out / "data"), "--quiet"],
-        "train": [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={config.ranks}",
-                  str(REPO / "train" / "bc.py"), "--data", str(out / "data"), "--out", str(out / "run"),
-                  "--max-steps", str(config.per_task("steps", index)), "--batch-size", str(config.batch_size),
-                  "--val-fraction", str(config.val_fraction), "--hidden", *map(str, config.hidden), "--seed", str(config.seed)],
-        "evaluate": [python, "-m", "eval.cli", "--checkpoint", str(out / "run"), "--robots", str(config.eval_robots),
-                     "--episodes", str(config.eval_episodes), "--compare", "--workers", str(config.workers),
-                     "--out", str(out / "eval"), "--overwrite", "--quiet"],
+        "task": task, "policy": policy, "inputs": info["checkpoint"]["inputs"],
+        "training_robots": config.robots, "training_episodes": config.per_task("episodes", index),
+        "steps": info["checkpoint"]["step"],
+        "policy_success": {k: info["fleet"][k] for k in ("n_episodes", "pc_success", "ci95")},
+        "expert": {k: expert["fleet"][k] for k in ("n_episodes", "pc_success", "ci95")},
+        "policy_per_site": {site: {k: info["per_site"][site][k] for k in ("pc_success", "ci95")} for site in sites},
+        "expert_per_site": {site: expert["per_site"][site]["pc_success"] for site in sites},
+        "policy_over_expert": ratio, "site_over_expert": site_ratios, "goal": goal, "site_goal": site_goal,
+        "met": met, "crashed_episodes": info["fleet"]["n_errors"],
+        "videos": [repo_relative(evaluation / video) for video in info.get("video_paths", [])],
+        "seconds": {k: round(v) for k, v in seconds.items()},
     }
 
 
-def task_result(config: FullRunConfig, task: str, index: int, info: dict, seconds: dict) -> dict:
-    policy, expert = info["fleet"], info["expert"]["fleet"]
-    ratio = policy["pc_success"] / expert["pc_success"] if expert["pc_success"] else None
-    goal = GOALS.get(task, DEFAULT_GOAL)
-    return {
-        "task": task, "training_robots": config.robots, "training_episodes": config.per_task("episodes", index),
-        "steps": info["checkpoint"]["step"], "policy": {k: policy[k] for k in ("n_episodes", "pc_success", "ci95")},
-        "expert": {k: expert[k] for k in ("n_episodes", "pc_success", "ci95")},
-        "policy_per_site": {site: info["per_site"][site]["pc_success"] for site in SITES if site in info["per_site"]},
-        "policy_over_expert": ratio, "goal": goal, "met": ratio is not None and ratio >= goal,
-        "crashed_episodes": policy["n_errors"], "seconds": {k: round(v) for k, v in seconds.items()},
-    }
+def percent(figure: dict) -> str:
+    return f"{figure['pc_success']:.1f}% [{figure['ci95'][0]:.0f}, {figure['ci95'][1]:.0f}]"
 
 
 def table(results: list[dict], facts: dict, command: str, config: FullRunConfig) -> str:
+    cameras = f"{' + '.join(config.cameras)} cameras at {config.image_size} px" if config.cameras else "no cameras"
     lines = [f"Measured {facts['date']} on {facts['cores']} cores ({facts['device']}), code {facts['code_version']}: "
-             f"state observations, MLP {list(config.hidden)}, {config.ranks} DDP ranks x batch {config.batch_size}; "
-             f"{config.eval_robots} robots x {config.eval_episodes} held-out episodes per task, policy and expert "
-             "on the same seeds.", "", "```bash", command, "```", "",
-             "| task | training data | steps | policy | expert | policy/expert | goal | met | "
+             f"inputs {config.inputs} ({cameras}), {config.ranks} DDP ranks x batch {config.batch_size}; "
+             f"{config.eval_robots} robots x {config.eval_episodes} held-out episodes per task, every policy and "
+             "the expert on the same seeds. Per site: policy success (the expert's).", "", "```bash", command, "```",
+             "", "| task | policy | training data | steps | policy | expert | policy/expert | goal | met | "
              + " | ".join(SITES) + " | collect / train / eval |",
-             "|---|---|---|---|---|---|---|---|" + "---|" * len(SITES) + "---|"]
+             "|---|---|---|---|---|---|---|---|---|" + "---|" * len(SITES) + "---|"]
     for r in results:
-        policy, expert = r["policy"], r["expert"]
         ratio = "-" if r["policy_over_expert"] is None else f"{r['policy_over_expert']:.2f}"
         seconds = r["seconds"]
+        sites = [f"{r['policy_per_site'][site]['pc_success']:.1f}% ({r['expert_per_site'][site]:.0f}%)"
+                 if site in r["policy_per_site"] else "-" for site in SITES]
         lines.append(
-            f"| {r['task']} | {r['training_robots']} x {r['training_episodes']} | {r['steps']} "
-            f"| {policy['pc_success']:.1f}% [{policy['ci95'][0]:.0f}, {policy['ci95'][1]:.0f}] "
-            f"| {expert['pc_success']:.1f}% [{expert['ci95'][0]:.0f}, {expert['ci95'][1]:.0f}] | {ratio} "
-            f"| >= {r['goal']:.2f} | {'yes' if r['met'] else 'no'} | "
-            + " | ".join(f"{r['policy_per_site'].get(site, float('nan')):.1f}%" for site in SITES)
+            f"| {r['task']} | {r['policy']} | {r['training_robots']} x {r['training_episodes']} | {r['steps']} "
+            f"| {percent(r['policy_success'])} | {percent(r['expert'])} | {ratio} | >= {r['goal']:.2f} "
+            f"| {'yes' if r['met'] else 'no'} | " + " | ".join(sites)
             + f" | {seconds['collect']} / {seconds['train']} / {seconds['evaluate']} s |")
     return "\n".join(lines)
 
 
+def publish(config: FullRunConfig, results: list[dict], command: str) -> dict:
+    """Write NAME.json and the doc's table with every result so far."""
+    facts = machine_facts()
+    result = {"experiment": config.name, "machine": facts, "config": asdict(config), "command": command,
+              "results": results}
+    write_results(config.name, result, Path(config.results_dir))
+    heading = "## The recorded full run" + ("" if config.setting == "state" else f" ({config.setting})")
+    write_section(Path(config.docs), config.name, heading, table(results, facts, command, config))
+    return result
+
+
+def copy_videos(config: FullRunConfig, task: str, results: list[dict]) -> None:
+    """The task's best policy's videos into ``--media`` (``NAME_TASK_SITE.mp4``), for the docs."""
+    ranked = [r for r in results if r["task"] == task and r["videos"]]
+    if not ranked:
+        return
+    best = max(ranked, key=lambda r: r["policy_success"]["pc_success"])
+    media = Path(config.media)
+    media.mkdir(parents=True, exist_ok=True)
+    for video in best["videos"]:
+        site = next((s for s in SITES if s in Path(video).name), Path(video).stem)
+        shutil.copyfile(REPO / video, media / f"{config.name}_{task}_{best['policy']}_{site}.mp4")
+
+
+class StageClock:
+    """Seconds each stage of a task has taken, summed over the runs that resumed it (``TASK/seconds.json``)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.seconds = json.loads(path.read_text()) if path.exists() else {}
+
+    def run(self, stage: str, name: str, command: list[str], log: Path) -> None:
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + run_step(name, command, log)
+        self.path.write_text(json.dumps(self.seconds, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> dict:
     config = parse_config(FullRunConfig, __doc__, argv)
-    root = Path(config.out)
     command = "python -m experiments.full_run" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
-    results = []
+    results, result = [], {}
+    episodes = config.eval_robots * config.eval_episodes
     for index, task in enumerate(config.tasks):
-        out = root / task
+        out = Path(config.out).resolve() / task  # absolute: the stages run with the repository as their directory
         out.mkdir(parents=True, exist_ok=True)
-        seconds = {stage: run_step(f"{task} {stage}", line, out / f"{stage}.log")
-                   for stage, line in task_commands(config, task, index, out).items()}
-        info = json.loads((out / "eval" / "eval_info.json").read_text())
-        results.append(task_result(config, task, index, info, seconds))
-        print(f"{task}: policy {results[-1]['policy']['pc_success']:.1f}%, "
-              f"expert {results[-1]['expert']['pc_success']:.1f}%")
-
-    facts = machine_facts()
-    result = {"experiment": "full_run", "machine": facts, "config": asdict(config), "command": command,
-              "results": results}
-    write_results("full_run", result, Path(config.results_dir))
-    text = table(results, facts, command, config)
-    write_section(Path(config.docs), "full_run", "## The recorded full run", text)
-    print(text)
+        clock = StageClock(out / "seconds.json")
+        clock.run("collect", f"{task} collect", collect_command(config, task, index, out), out / "collect.log")
+        if finished_evaluation(out / "expert", None, episodes) is None:
+            clock.run("expert", f"{task} expert", evaluate_command(config, ["--expert", "--task", task], out / "expert"),
+                      out / "expert.log")
+        expert = finished_evaluation(out / "expert", None, episodes)
+        for policy in config.policies:
+            run, evaluation = out / policy / "run", out / policy / "eval"
+            if trained_step(run) != config.per_task("steps", index):
+                clock.run(f"{policy} train", f"{task} {policy} train", train_command(config, policy, index, out),
+                          out / f"{policy}.train.log")
+            if finished_evaluation(evaluation, trained_step(run), episodes) is None:
+                clock.run(f"{policy} evaluate", f"{task} {policy} evaluate",
+                          evaluate_command(config, ["--checkpoint", str(run)], evaluation, config.videos),
+                          out / f"{policy}.eval.log")
+            if seeds_of(finished_evaluation(evaluation, None, episodes)) != seeds_of(expert):
+                raise SystemExit(f"error: {task} {policy} was evaluated on other seeds than the expert")
+            seconds = {stage: clock.seconds.get(key, 0.0) for stage, key in
+                       (("collect", "collect"), ("train", f"{policy} train"), ("evaluate", f"{policy} evaluate"))}
+            results.append(policy_result(config, task, index, policy, evaluation, expert, seconds))
+            print(f"{task} {policy}: {percent(results[-1]['policy_success'])}, expert {percent(results[-1]['expert'])}")
+            result = publish(config, results, command)
+        copy_videos(config, task, results)
+    print(table(results, result["machine"], command, config))
     return result
 
 

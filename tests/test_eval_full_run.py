@@ -14,14 +14,33 @@ def test_the_full_run_writes_its_figures_and_the_table(tmp_path):
                  "--workers", "1", "--out", str(tmp_path / "run"), "--docs", str(docs), "--results-dir", str(tmp_path)]
     result = full_run.main(arguments)
     (reach,) = result["results"]
-    assert reach["task"] == "reach" and reach["steps"] == 5 and reach["goal"] == 0.95
-    assert reach["expert"]["n_episodes"] == reach["policy"]["n_episodes"] == 2
+    assert reach["task"] == "reach" and reach["policy"] == "mlp" and reach["steps"] == 5 and reach["goal"] == 0.95
+    assert reach["expert"]["n_episodes"] == reach["policy_success"]["n_episodes"] == 2
     assert reach["expert"]["pc_success"] == 100.0
     assert reach["met"] == (reach["policy_over_expert"] >= 0.95)
     assert json.loads((tmp_path / "full_run.json").read_text())["results"] == result["results"]
     text = docs.read_text()
     assert text.startswith("# Evaluation\n\nText before the table stays.")
-    assert "| reach | 2 x 3 | 5 |" in text and "python -m experiments.full_run --tasks reach" in text
+    assert "| reach | mlp | 2 x 3 | 5 |" in text and "python -m experiments.full_run --tasks reach" in text
+
+
+def test_the_visuomotor_setting_runs_a_camera_policy_and_resumes_without_redoing_work(tmp_path):
+    docs = tmp_path / "evaluation.md"
+    arguments = ["--setting", "visuomotor", "--tasks", "reach", "--policies", "cnn", "--robots", "2", "--episodes", "2",
+                 "--steps", "4", "--image-size", "32", "--batch-size", "8", "--val-fraction", "0", "--eval-robots", "2",
+                 "--eval-episodes", "1", "--workers", "1", "--videos", "0", "--out", str(tmp_path / "run"),
+                 "--docs", str(docs), "--results-dir", str(tmp_path)]
+    (cnn,) = full_run.main(arguments)["results"]
+    assert cnn["policy"] == "cnn" and cnn["inputs"] == "proprio+cameras" and cnn["site_goal"] == 0.85
+    assert cnn["policy_success"]["n_episodes"] == cnn["expert"]["n_episodes"] == 2
+    assert "## The recorded full run (visuomotor)" in docs.read_text()
+    train_log = tmp_path / "run" / "reach" / "cnn.train.log"
+    trained = train_log.stat().st_mtime_ns
+    (resumed,) = full_run.main(arguments)["results"]  # nothing trained or evaluated again (collect checks, quickly)
+    assert train_log.stat().st_mtime_ns == trained
+    assert {**resumed, "seconds": None} == {**cnn, "seconds": None}
+    assert (resumed["seconds"]["train"], resumed["seconds"]["evaluate"]) == (cnn["seconds"]["train"],
+                                                                             cnn["seconds"]["evaluate"])
 
 
 def test_a_new_table_replaces_the_old_one_and_nothing_else(tmp_path):
