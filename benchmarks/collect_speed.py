@@ -1,9 +1,12 @@
 """How fast ``collect`` records demonstrations, held against the limit and the peer.
 
 Every setup does the same job: ``--robots`` robots x ``--episodes`` episodes of the
-task's scripted expert, with each episode's seed from ``sim.fleet.episode_seed``.
+task's scripted expert, with each episode's seed from ``sim.fleet.episode_seed``. With
+``--cameras`` (collect's option) every setup makes its envs with those cameras, so each
+step renders them at ``--image-size`` px and collect records the images; the default job
+is then 4 x 4, as rendering 2 cameras at 96 px takes ~10 ms a step on llvmpipe.
 
-- ``limit``: the env+expert loop in this one process, recording nothing.
+- ``limit``: the env+expert loop in one process, recording nothing.
 - ``limit_2proc``: the same loop split over 2 plain processes (the machine's own
   scaling, with no dask and no recording).
 - ``collect_1w`` / ``collect_2w``: ``collect`` on a LocalCluster of 1 and 2 workers,
@@ -18,9 +21,11 @@ so every round runs all setups back to back and ratios are taken within a round.
 collect setup is bracketed by its limit: half the robots' loop runs just before it and
 the other half just after, so a steady drift cancels out of their ratio. The table
 shows the median ratio over ``--rounds`` rounds (rates: the best round). Writes
-benchmarks/results/collect_speed.json and appends to the table in benchmarks/README.md.
+benchmarks/results/collect_speed.json (collect_speed_cameras.json with cameras, so the
+state figures stay) and appends to the table in benchmarks/README.md.
 
     python -m benchmarks.collect_speed [--robots 16] [--episodes 30] [--task pick_place]
+    python -m benchmarks.collect_speed --cameras front wrist [--image-size 96]
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import multiprocessing
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -43,64 +49,71 @@ from collect.engine import run_collection
 from collect.schema import features_of
 from collect.shard import EpisodeRecord, ShardWriter, store_name
 from collect.worker import to_features
-from sim.fleet import episode_seed, make_fleet, make_robot
+from sim.fleet import RobotProfile, episode_seed, make_fleet, make_robot
 from sim.rollout import run_episode
 
+# The default (robots, episodes) of a job without cameras and of one with them: a round
+# runs the job about 3.5 times over, so 4 x 4 with cameras takes ~30 s a round here.
+DEFAULT_JOB = {False: (16, 30), True: (4, 4)}
 
-def expert_loop(task: str, robot_ids: list[int], episodes: int) -> tuple[int, float]:
-    """The limit: run every episode of these robots, record nothing; returns (env steps, seconds)."""
-    spec = sim.resolve_task(task)
+
+def make_env(job: CollectConfig, profile: RobotProfile) -> gym.Env:
+    """One robot's env for the job, with the job's cameras."""
+    return sim.resolve_task(job.task).make_env(profile, cameras=job.cameras, image_size=job.image_size)
+
+
+def expert_loop(job: CollectConfig, robot_ids: list[int]) -> tuple[int, float]:
+    """The limit: run every episode of these robots, rendering the job's cameras and recording
+    nothing; returns (env steps, seconds)."""
+    spec = sim.resolve_task(job.task)
     steps, start = 0, time.perf_counter()
     for profile in (make_robot(robot_id) for robot_id in robot_ids):
-        env, expert = spec.make_env(profile), spec.make_expert(profile)
-        for index in range(episodes):
+        env, expert = make_env(job, profile), spec.make_expert(profile)
+        for index in range(job.episodes):
             steps += run_episode(env, expert, episode_seed(0, profile.robot_id, index), expert.reset).length
         env.close()
     return steps, time.perf_counter() - start
 
 
-def measure_limit(task: str, robot_ids: list[int], episodes: int, processes: int) -> tuple[int, float]:
-    """(env steps, seconds) of the loop over these robots split over ``processes``.
+def measure_limit(job: CollectConfig, robot_ids: list[int], processes: int) -> tuple[int, float]:
+    """(env steps, seconds) of the loop over these robots split over ``processes`` spawned ones.
 
-    With several processes, each is timed inside (spawn and imports excluded) and the
-    slowest one counts.
+    Each process is timed inside (spawn and imports excluded) and the slowest one counts.
+    Even one process is spawned: once this process has rendered, the processes that
+    ``AsyncVectorEnv`` forks hang in their first render (EGL on llvmpipe).
     """
     groups = [robot_ids[i::processes] for i in range(processes)]
-    if processes == 1:
-        return expert_loop(task, groups[0], episodes)
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        results = pool.starmap(expert_loop, [(task, group, episodes) for group in groups])
+        results = pool.starmap(expert_loop, [(job, group) for group in groups])
     return sum(steps for steps, _ in results), max(seconds for _, seconds in results)
 
 
-def bracketed_by_limit(task: str, robots: int, episodes: int, processes: int,
-                       setup: Callable[[], float]) -> tuple[float, float]:
+def bracketed_by_limit(job: CollectConfig, processes: int, setup: Callable[[], float]) -> tuple[float, float]:
     """(setup's rate, the limit's rate): the limit's even robots just before ``setup()``, odd ones just after."""
-    before = measure_limit(task, list(range(0, robots, 2)), episodes, processes)
+    before = measure_limit(job, list(range(0, job.robots, 2)), processes)
     rate = setup()
-    after = measure_limit(task, list(range(1, robots, 2)), episodes, processes)
+    after = measure_limit(job, list(range(1, job.robots, 2)), processes)
     return rate, (before[0] + after[0]) / (before[1] + after[1])
 
 
-def measure_collect(task: str, robots: int, episodes: int, workers: int, cluster_seconds: list[float]) -> float:
+def measure_collect(job: CollectConfig, workers: int, cluster_seconds: list[float]) -> float:
     """Steps per second of ``collect`` on a fresh LocalCluster; its start and stop go to ``cluster_seconds``."""
     out = Path(tempfile.mkdtemp(prefix="robofleet-bench-"))
     try:
-        summary = run_collection(CollectConfig(robots=robots, episodes=episodes, task=task, out=str(out / "fleet"),
-                                               workers=workers, quiet=True))
+        summary = run_collection(replace(job, out=str(out / "fleet"), workers=workers))
     finally:
         shutil.rmtree(out)
     cluster_seconds.append(summary.cluster_seconds)
     return summary.steps / summary.wall_seconds
 
 
-def _vector_pair(task: str, profiles: list, episodes: int, out: Path) -> int:
-    """Collect ``episodes`` per robot for a group of robots in one AsyncVectorEnv."""
-    spec = sim.resolve_task(task)
-    envs = gym.vector.AsyncVectorEnv([lambda p=p: spec.make_env(p) for p in profiles],
+def _vector_pair(job: CollectConfig, profiles: list[RobotProfile], out: Path) -> int:
+    """Collect the job's episodes per robot for a group of robots in one AsyncVectorEnv."""
+    spec, episodes = sim.resolve_task(job.task), job.episodes
+    envs = gym.vector.AsyncVectorEnv([lambda p=p: make_env(job, p) for p in profiles],
                                      autoreset_mode=gym.vector.AutoresetMode.DISABLED)
     experts = [spec.make_expert(p) for p in profiles]
-    features = features_of(spec.make_env(profiles[0]))
+    features = features_of(make_env(job, profiles[0]))
     count = len(profiles)
     next_index, buffers, kept = [0] * count, [dict() for _ in profiles], [[] for _ in profiles]
     seeds = [episode_seed(0, p.robot_id, 0) for p in profiles]
@@ -141,12 +154,13 @@ def _vector_pair(task: str, profiles: list, episodes: int, out: Path) -> int:
     return steps
 
 
-def measure_vector(task: str, robots: int, episodes: int, num_envs: int = 2) -> float:
-    fleet = make_fleet(robots)
+def measure_vector(job: CollectConfig, num_envs: int = 2) -> float:
+    """Steps per second of the ``AsyncVectorEnv`` collector, ``num_envs`` robots at a time."""
+    fleet = make_fleet(job.robots)
     out = Path(tempfile.mkdtemp(prefix="robofleet-bench-"))
     try:
         start = time.perf_counter()
-        steps = sum(_vector_pair(task, fleet[i:i + num_envs], episodes, out) for i in range(0, robots, num_envs))
+        steps = sum(_vector_pair(job, fleet[i:i + num_envs], out) for i in range(0, job.robots, num_envs))
         return steps / (time.perf_counter() - start)
     finally:
         shutil.rmtree(out)
@@ -154,22 +168,28 @@ def measure_vector(task: str, robots: int, episodes: int, num_envs: int = 2) -> 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = benchmark_parser(__doc__)
-    parser.add_argument("--robots", type=int, default=16)
-    parser.add_argument("--episodes", type=int, default=30)
+    parser.add_argument("--robots", type=int, help="default 16, or 4 with --cameras")
+    parser.add_argument("--episodes", type=int, help="default 30, or 4 with --cameras")
     parser.add_argument("--task", default="pick_place")
+    parser.add_argument("--cameras", nargs="+", default=[], help="cameras every setup renders, e.g. front wrist")
+    parser.add_argument("--image-size", type=int, default=96, help="camera image height and width")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    job = (args.task, args.robots, args.episodes)
+    robots, episodes = DEFAULT_JOB[bool(args.cameras)]
+    args.robots = robots if args.robots is None else args.robots
+    args.episodes = episodes if args.episodes is None else args.episodes
+    job = CollectConfig(robots=args.robots, episodes=args.episodes, task=args.task, cameras=tuple(args.cameras),
+                        image_size=args.image_size, quiet=True)
 
     rounds: list[dict[str, float]] = []
     cluster = []
     for _ in range(args.rounds):
         rates = {}
         rates["collect_1w"], rates["limit"] = bracketed_by_limit(
-            *job, processes=1, setup=lambda: measure_collect(*job, workers=1, cluster_seconds=cluster))
+            job, processes=1, setup=lambda: measure_collect(job, workers=1, cluster_seconds=cluster))
         rates["collect_2w"], rates["limit_2proc"] = bracketed_by_limit(
-            *job, processes=2, setup=lambda: measure_collect(*job, workers=2, cluster_seconds=cluster))
-        rates["vector_2env"] = measure_vector(*job)
+            job, processes=2, setup=lambda: measure_collect(job, workers=2, cluster_seconds=cluster))
+        rates["vector_2env"] = measure_vector(job)
         rounds.append(rates)
 
     ratios = {
@@ -191,10 +211,13 @@ def main(argv: list[str] | None = None) -> dict:
     }
     header = ["date", "code", "job", "limit", "limit 2 proc", "collect 1w", "collect 2w", "vector 2 envs",
               "1w/limit", "2w/(2x limit)", "2w/limit 2 proc", "1w→2w", "machine 1→2 proc", "2w/vector"]
-    row = [machine["date"], machine["code_version"], f"{args.task} {args.robots}x{args.episodes}",
+    cameras = f" {'+'.join(job.cameras)} {job.image_size}px" if job.cameras else ""
+    row = [machine["date"], machine["code_version"], f"{args.task} {args.robots}x{args.episodes}{cameras}",
            *(round(best[name]) for name in ("limit", "limit_2proc", "collect_1w", "collect_2w", "vector_2env")),
            *(f"{ratios[name]:.2f}" for name in ratios)]
-    publish("collect_speed", result, header, [row], args)
+    # A camera run keeps its own JSON (the state figures stay in collect_speed.json); the table is shared.
+    publish("collect_speed_cameras" if job.cameras else "collect_speed", result, header, [row], args,
+            table="collect_speed")
     return result
 
 

@@ -1,7 +1,7 @@
 """How fast train/bc.py trains, and how well it scales from 1 rank to 2.
 
-``mlp_scaling`` trains the default config (mlp policy, 256x256, batch 512 per rank) on one
-collected fleet and reads bc.py's own RUN/metrics.jsonl: samples/s over the training
+``cpu_scaling`` trains the default config (mlp policy, 256x256, batch 512 per rank) on one
+collected fleet (results: ``mlp_scaling``) and reads bc.py's own RUN/metrics.jsonl: samples/s over the training
 steps and the sync efficiency (compute / (compute + exposed communication), see
 docs/training.md), summed over the log windows after the first (start-up, warm caches).
 On CPU (gloo) it runs four setups:
@@ -28,6 +28,12 @@ which is how bucket size, accumulation and threads are tuned:
 
     python -m benchmarks.train_speed [--robots 20] [--episodes 10] [--steps 300] [--rounds 3] [--no-realtime]
                                      [-- --grad-accum 2]
+
+``--case image`` measures the visuomotor path instead: the cnn on ``proprio+cameras``
+(front and wrist cameras at 96 px, uint8 through the loader, shifted and converted on
+the training device), batch 32 per rank, on a camera fleet collected for it. Its goals:
+weak scaling >= 0.9, as for the mlp, and data wait under 10% of a 2-rank step
+(``data_wait_share``). It writes train_speed_image.json and its own table.
 
 Where CUDA is available (never in CI) ``gpu_scaling`` measures the same on nccl: 1 GPU,
 and 2 GPUs when there are two. Other training measurements (our ACT against
@@ -59,6 +65,12 @@ REPO = Path(__file__).resolve().parent.parent
 # name: (ranks per run, threads per rank, runs at once, under the real-time scheduler)
 CPU_SETUPS = {"1r1t": (1, 1, 1, False), "1r2t": (1, 2, 1, False), "2r1t": (2, 1, 1, False), "2p1t": (1, 1, 2, False)}
 REALTIME_SETUPS = {f"{name}_fifo": (*CPU_SETUPS[name][:3], True) for name in ("1r1t", "2r1t", "2p1t")}
+# case: (bc.py options, collect options, robots, episodes, steps, log interval), the defaults of each case
+CASES = {
+    "mlp": ([], {}, 20, 10, 300, 50),
+    "image": (["--policy", "cnn", "--inputs", "proprio+cameras", "--batch-size", "32"],
+              {"cameras": ("front", "wrist"), "image_size": 96}, 6, 5, 100, 20),
+}
 
 
 def start_training(data: Path, out: Path, ranks: int, threads: int, steps: int, log_interval: int,
@@ -121,10 +133,13 @@ def scaling(setups: dict[str, tuple[int, int, int, bool]], data: Path, work: Pat
         "best": {name: {key: round(value, 4) for key, value in figures.items()} for name, figures in best.items()},
         "rounds": rounds,
         "ratios": {name: round(statistics.median(ratio(r) for r in rounds), 3) for name, ratio in ratios.items()},
+        "data_wait_share": round(statistics.median(  # of a 2-rank step, as the ranks see it
+            r["2r1t"]["data_wait_s"] / sum(r["2r1t"][k] for k in ("data_wait_s", "compute_s", "communication_s"))
+            for r in rounds), 4) if "2r1t" in setups else None,
     }
 
 
-def mlp_scaling(data: Path, work: Path, args, realtime: bool) -> dict:
+def cpu_scaling(data: Path, work: Path, args, realtime: bool) -> dict:
     """1r1t, 1r2t, 2r1t and 2p1t on CPU (gloo); with ``realtime`` also 1r1t, 2r1t and 2p1t under ``chrt --fifo``."""
     def rate(r: dict, name: str) -> float:
         return r[name]["samples_per_s"]
@@ -159,16 +174,22 @@ def gpu_scaling(data: Path, work: Path, args) -> dict | None:
 def main(argv: list[str] | None = None) -> dict:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--data", type=Path, help="train on this fleet store instead of collecting one")
-    parser.add_argument("--robots", type=int, default=20)
-    parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument("--case", choices=CASES, default="mlp", help="the default mlp, or the cnn on cameras")
+    parser.add_argument("--robots", type=int, help="robots collected (mlp 20, image 6)")
+    parser.add_argument("--episodes", type=int, help="episodes per robot (mlp 10, image 5)")
     parser.add_argument("--task", default="pick_place")
-    parser.add_argument("--steps", type=int, default=300, help="optimiser steps per run")
-    parser.add_argument("--log-interval", type=int, default=50, help="steps per measured window")
+    parser.add_argument("--steps", type=int, help="optimiser steps per run (mlp 300, image 100)")
+    parser.add_argument("--log-interval", type=int, help="steps per measured window (mlp 50, image 20)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-cpu", action="store_true", help="skip the gloo setups (on a GPU machine: nccl only)")
     parser.add_argument("--no-realtime", action="store_true", help="skip the setups under the real-time scheduler")
     parser.add_argument("bc_options", nargs="*", help="after --: options for every bc.py run")
     args = parser.parse_args(argv)
+    case_options, collect_options, *defaults = CASES[args.case]
+    for name, default in zip(("robots", "episodes", "steps", "log_interval"), defaults):
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    args.bc_options = [*case_options, *args.bc_options]
     if args.no_cpu and not torch.cuda.is_available():
         parser.error("--no-cpu leaves nothing to measure on a machine without CUDA")
 
@@ -178,9 +199,9 @@ def main(argv: list[str] | None = None) -> dict:
         if data is None:
             data = work / "fleet"
             run_collection(CollectConfig(robots=args.robots, episodes=args.episodes, task=args.task, out=str(data),
-                                         quiet=True))
+                                         quiet=True, **collect_options))
         realtime = not args.no_realtime and realtime_permitted()
-        cpu = None if args.no_cpu else mlp_scaling(data, work, args, realtime)
+        cpu = None if args.no_cpu else cpu_scaling(data, work, args, realtime)
         gpu = gpu_scaling(data, work, args)
     finally:
         shutil.rmtree(work)
@@ -188,14 +209,15 @@ def main(argv: list[str] | None = None) -> dict:
     machine = machine_facts()
     job = f"{args.task} {args.robots}x{args.episodes}" if args.data is None else Path(args.data).name
     options = " ".join(args.bc_options) or "defaults"
-    result = {"benchmark": "train_speed", "machine": machine,
+    name = "train_speed" if args.case == "mlp" else f"train_speed_{args.case}"
+    result = {"benchmark": name, "machine": machine,
               "job": {key: value for key, value in vars(args).items() if key not in ("results_dir", "tables")}
               | {"data": str(args.data) if args.data else None},
-              "mlp_scaling": cpu, "gpu_scaling": gpu}
+              f"{args.case}_scaling": cpu, "gpu_scaling": gpu}
     header = ["date", "code", "device", "job", "bc.py options", "steps", "1 rank x1 samples/s", "1 rank x2 samples/s",
               "2 ranks samples/s", "2 procs samples/s", "sync eff 2 ranks", "weak scaling", "machine 2 procs",
               "2 ranks / 2 procs", "2 ranks / 1 rank x2", "sync eff 2 ranks (fifo)", "weak scaling (fifo)",
-              "2 ranks / 2 procs (fifo)"]
+              "2 ranks / 2 procs (fifo)", "data wait 2 ranks"]
     rows = []
     if cpu is not None:
         best, ratios = cpu["best"], cpu["ratios"]
@@ -206,16 +228,17 @@ def main(argv: list[str] | None = None) -> dict:
                      f"{ratios['machine_two_processes']:.2f}", f"{ratios['two_ranks_vs_two_processes']:.2f}",
                      f"{ratios['two_ranks_vs_two_threads']:.2f}",
                      *((f"{best['2r1t_fifo']['sync_efficiency']:.2f}", f"{ratios['weak_scaling_efficiency_fifo']:.2f}",
-                        f"{ratios['two_ranks_vs_two_processes_fifo']:.2f}") if "2r1t_fifo" in best else ["–"] * 3)])
+                        f"{ratios['two_ranks_vs_two_processes_fifo']:.2f}") if "2r1t_fifo" in best else ["–"] * 3),
+                     f"{cpu['data_wait_share']:.1%}"])
     if gpu is not None:
         two = gpu["best"].get("2gpu")
         two_gpus = ([round(two["samples_per_s"]), "–", f"{two['sync_efficiency']:.2f}",
                      f"{gpu['ratios']['weak_scaling_efficiency']:.2f}"] if two else ["–"] * 4)
         backend = "nccl" if two else "1 process"  # one GPU: no DDP, so no nccl either
         rows.append([machine["date"], machine["code_version"], f"{gpu['gpus']}x {gpu['gpu']} ({backend})", job, options,
-                     args.steps, round(gpu["best"]["1gpu"]["samples_per_s"]), "–", *two_gpus, *["–"] * 6])
+                     args.steps, round(gpu["best"]["1gpu"]["samples_per_s"]), "–", *two_gpus, *["–"] * 7])
     # A GPU-only run keeps its own JSON (the CPU figures stay in train_speed.json); the table is shared.
-    publish("train_speed" if cpu is not None else "train_speed_gpu", result, header, rows, args, table="train_speed")
+    publish(name if cpu is not None else f"{name}_gpu", result, header, rows, args, table=name)
     return result
 
 

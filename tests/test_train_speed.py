@@ -23,3 +23,14 @@ def test_train_speed_measures_one_and_two_ranks(pick_place_fleet, tmp_path):
     assert ("weak_scaling_efficiency_fifo" in scaling["ratios"]) == bool(realtime)
     assert json.loads((tmp_path / "train_speed.json").read_text())["mlp_scaling"]["ratios"] == scaling["ratios"]
     assert "| cpu (gloo) | fleet | --batch-size 32 --hidden 32 32 | 4 |" in tables.read_text()
+
+
+def test_the_image_case_trains_the_cnn_on_cameras_and_reports_its_data_wait(camera_fleet, tmp_path):
+    result = train_speed.main(["--case", "image", "--data", str(camera_fleet), "--steps", "4", "--log-interval", "2",
+                               "--rounds", "1", "--no-realtime", "--results-dir", str(tmp_path),
+                               "--tables", str(tmp_path / "README.md"), "--", "--batch-size", "8"])
+    scaling = result["image_scaling"]
+    assert set(scaling["best"]) == {"1r1t", "1r2t", "2r1t", "2p1t"}
+    assert 0 <= scaling["data_wait_share"] < 1 and scaling["ratios"]["weak_scaling_efficiency"] > 0
+    assert json.loads((tmp_path / "train_speed_image.json").read_text())["image_scaling"] == scaling
+    assert "--policy cnn --inputs proprio+cameras --batch-size 32 --batch-size 8" in (tmp_path / "README.md").read_text()
