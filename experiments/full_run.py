@@ -42,7 +42,7 @@ from pathlib import Path
 
 from benchmarks.common import machine_facts, write_results
 from experiments.common import REPO, repo_relative, run_step, write_section
-from sim.cli import parse_config
+from sim.cli import check_options, parse_config
 from sim.fleet import SITES
 from train.checkpoint import latest_checkpoint, load_checkpoint
 
@@ -65,19 +65,19 @@ class FullRunConfig:
     setting: str = field(default="state", metadata={"help": "state or visuomotor: the defaults below"})
     tasks: tuple[str, ...] = field(default=(), metadata={"help": "tasks, in order (default: the setting's)"})
     policies: tuple[str, ...] = field(default=(), metadata={"help": "policy kinds trained on each task"})
-    inputs: str = field(default="", metadata={"help": "what the policies see (train/bc.py --inputs)"})
+    inputs: str | None = field(default=None, metadata={"help": "what the policies see (train/bc.py --inputs)"})
     cameras: tuple[str, ...] = field(default=(), metadata={"help": "cameras collected (visuomotor: front wrist)"})
     image_size: int = field(default=64, metadata={"help": "camera image size, pixels"})
     robots: int = field(default=50, metadata={"help": "robots collected for training (fleet seed --seed)"})
     episodes: tuple[int, ...] = field(default=(), metadata={"help": "training episodes per robot, per task"})
     steps: tuple[int, ...] = field(default=(), metadata={"help": "training steps, per task"})
     hidden: tuple[int, ...] = field(default=(), metadata={"help": "MLP (and cnn head) hidden widths"})
-    batch_size: int = field(default=0, metadata={"help": "windows per rank per step"})
+    batch_size: int | None = field(default=None, metadata={"help": "windows per rank per step"})
     val_fraction: float = field(default=0.05, metadata={"help": "training episodes held out for the validation loss"})
     ranks: int = field(default=2, metadata={"help": "DDP ranks (torchrun processes)"})
     eval_robots: int = field(default=50, metadata={"help": "robots evaluated (the training fleet's first N)"})
     eval_episodes: int = field(default=10, metadata={"help": "held-out episodes per evaluated robot"})
-    videos: int = field(default=-1, metadata={"help": "episodes recorded as MP4 per policy (one per site first)"})
+    videos: int | None = field(default=None, metadata={"help": "episodes recorded as MP4 per policy (one per site first)"})
     seed: int = field(default=0, metadata={"help": "fleet seed"})
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers for collect and evaluate"})
     out: str = field(default="", metadata={"help": "directory for data, runs, evaluations and logs "
@@ -90,16 +90,16 @@ class FullRunConfig:
         if self.setting not in SETTINGS:
             raise ValueError(f"--setting must be one of {', '.join(SETTINGS)}, got {self.setting!r}")
         for name, default in SETTINGS[self.setting].items():  # options left unset take the setting's value
-            if getattr(self, name) in ((), "", 0, -1):
+            if getattr(self, name) in (None, ()):
                 setattr(self, name, default)
         self.out = self.out or f"runs/{self.name}"
         for name in ("episodes", "steps"):
             values = getattr(self, name)
             if len(values) not in (1, len(self.tasks)):
                 raise ValueError(f"--{name} takes one value or one per task ({len(self.tasks)}), got {len(values)}")
-        for name in ("robots", "eval_robots", "eval_episodes", "ranks", "batch_size", "workers", "image_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        check_options(self, ("robots", "eval_robots", "eval_episodes", "ranks", "batch_size", "workers", "image_size"),
+                      lambda value: value >= 1, "must be at least 1")
+        check_options(self, ("videos",), lambda value: value >= 0, "must not be negative")
 
     @property
     def name(self) -> str:

@@ -11,7 +11,7 @@ def test_the_full_run_writes_its_figures_and_the_table(tmp_path):
     docs.write_text("# Evaluation\n\nText before the table stays.\n")
     arguments = ["--tasks", "reach", "--robots", "2", "--episodes", "3", "--steps", "5", "--hidden", "16",
                  "--batch-size", "8", "--val-fraction", "0", "--eval-robots", "2", "--eval-episodes", "1",
-                 "--workers", "1", "--out", str(tmp_path / "run"), "--docs", str(docs), "--results-dir", str(tmp_path)]
+                 "--workers", "1", "--out", str(tmp_path / "run"), "--docs", str(docs), "--media", str(tmp_path / "media"), "--results-dir", str(tmp_path)]
     result = full_run.main(arguments)
     (reach,) = result["results"]
     assert reach["task"] == "reach" and reach["policy"] == "mlp" and reach["steps"] == 5 and reach["goal"] == 0.95
@@ -29,7 +29,7 @@ def test_the_visuomotor_setting_runs_a_camera_policy_and_resumes_without_redoing
     arguments = ["--setting", "visuomotor", "--tasks", "reach", "--policies", "cnn", "--robots", "2", "--episodes", "2",
                  "--steps", "4", "--image-size", "32", "--batch-size", "8", "--val-fraction", "0", "--eval-robots", "2",
                  "--eval-episodes", "1", "--workers", "1", "--videos", "0", "--out", str(tmp_path / "run"),
-                 "--docs", str(docs), "--results-dir", str(tmp_path)]
+                 "--docs", str(docs), "--media", str(tmp_path / "media"), "--results-dir", str(tmp_path)]
     (cnn,) = full_run.main(arguments)["results"]
     assert cnn["policy"] == "cnn" and cnn["inputs"] == "proprio+cameras" and cnn["site_goal"] == 0.85
     assert cnn["policy_success"]["n_episodes"] == cnn["expert"]["n_episodes"] == 2
