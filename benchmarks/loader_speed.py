@@ -116,8 +116,8 @@ def build_setups(store: FleetStore, features: tuple[str, ...], lerobot_root: Pat
     for (name, dataset), workers in itertools.product(datasets.items(), (0, 2)):
         setups[f"{name}_w{workers}"] = endless(make_dataloader(dataset, batch_size, num_workers=workers))
     for workers in (0, 2):
-        setups[f"lerobot_w{workers}"] = endless(lerobot_loader(lerobot_root, features, store.manifest["fps"], batch_size,
-                                                               workers))
+        loader = lerobot_loader(lerobot_root, features, store.manifest["fps"], batch_size, workers)
+        setups[f"lerobot_w{workers}"] = endless(loader)
     return setups
 
 

@@ -53,7 +53,7 @@ SETTINGS = {  # the defaults of each setting; per-task values follow the order o
               "batch_size": 256, "videos": 0},
     "visuomotor": {"tasks": ("pick_place", "push"), "policies": ("cnn", "act", "diffusion"),
                    "inputs": "proprio+cameras", "cameras": ("front", "wrist"),
-                   "episodes": (40, 60), "steps": (6000, 8000), "hidden": (256, 256), "batch_size": 64, "videos": 3},
+                   "episodes": (40, 40), "steps": (6000, 5000), "hidden": (256, 256), "batch_size": 64, "videos": 3},
 }
 GOALS = {"state": {"reach": 0.95}, "visuomotor": {"pick_place": 0.95, "push": 0.85}}  # policy / expert success
 DEFAULT_GOAL = 0.90
@@ -77,7 +77,8 @@ class FullRunConfig:
     ranks: int = field(default=2, metadata={"help": "DDP ranks (torchrun processes)"})
     eval_robots: int = field(default=50, metadata={"help": "robots evaluated (the training fleet's first N)"})
     eval_episodes: int = field(default=10, metadata={"help": "held-out episodes per evaluated robot"})
-    videos: int | None = field(default=None, metadata={"help": "episodes recorded as MP4 per policy (one per site first)"})
+    videos: int | None = field(default=None, metadata={
+        "help": "episodes recorded as MP4 per policy (one per site first)"})
     seed: int = field(default=0, metadata={"help": "fleet seed"})
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers for collect and evaluate"})
     out: str = field(default="", metadata={"help": "directory for data, runs, evaluations and logs "
@@ -251,8 +252,8 @@ def main(argv: list[str] | None = None) -> dict:
         clock = StageClock(out / "seconds.json")
         clock.run("collect", f"{task} collect", collect_command(config, task, index, out), out / "collect.log")
         if finished_evaluation(out / "expert", None, episodes) is None:
-            clock.run("expert", f"{task} expert", evaluate_command(config, ["--expert", "--task", task], out / "expert"),
-                      out / "expert.log")
+            expert_command = evaluate_command(config, ["--expert", "--task", task], out / "expert")
+            clock.run("expert", f"{task} expert", expert_command, out / "expert.log")
         expert = finished_evaluation(out / "expert", None, episodes)
         for policy in config.policies:
             run, evaluation = out / policy / "run", out / policy / "eval"

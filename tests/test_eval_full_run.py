@@ -11,7 +11,8 @@ def test_the_full_run_writes_its_figures_and_the_table(tmp_path):
     docs.write_text("# Evaluation\n\nText before the table stays.\n")
     arguments = ["--tasks", "reach", "--robots", "2", "--episodes", "3", "--steps", "5", "--hidden", "16",
                  "--batch-size", "8", "--val-fraction", "0", "--eval-robots", "2", "--eval-episodes", "1",
-                 "--workers", "1", "--out", str(tmp_path / "run"), "--docs", str(docs), "--media", str(tmp_path / "media"), "--results-dir", str(tmp_path)]
+                 "--workers", "1", "--out", str(tmp_path / "run"), "--docs", str(docs), "--media", str(tmp_path / "media"),
+                 "--results-dir", str(tmp_path)]
     result = full_run.main(arguments)
     (reach,) = result["results"]
     assert reach["task"] == "reach" and reach["policy"] == "mlp" and reach["steps"] == 5 and reach["goal"] == 0.95

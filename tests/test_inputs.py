@@ -74,7 +74,8 @@ def test_random_shift_is_a_crop_of_the_edge_padded_image():
     padded = F.pad(images.permute(0, 3, 1, 2).float(), (3, 3, 3, 3), mode="replicate").permute(0, 2, 3, 1)
     offsets = set()
     for image, result in zip(padded, shifted.float()):  # each result is one of the 7 x 7 windows of its image
-        matches = [(dy, dx) for dy in range(7) for dx in range(7) if torch.equal(image[dy: dy + 12, dx: dx + 10], result)]
+        matches = [(dy, dx) for dy in range(7) for dx in range(7)
+                   if torch.equal(image[dy: dy + 12, dx: dx + 10], result)]
         assert matches
         offsets.add(matches[0])
     assert len(offsets) > 10  # the offsets vary from image to image

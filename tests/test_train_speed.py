@@ -33,4 +33,5 @@ def test_the_image_case_trains_the_cnn_on_cameras_and_reports_its_data_wait(came
     assert set(scaling["best"]) == {"1r1t", "1r2t", "2r1t", "2p1t"}
     assert 0 <= scaling["data_wait_share"] < 1 and scaling["ratios"]["weak_scaling_efficiency"] > 0
     assert json.loads((tmp_path / "train_speed_image.json").read_text())["image_scaling"] == scaling
-    assert "--policy cnn --inputs proprio+cameras --batch-size 32 --batch-size 8" in (tmp_path / "README.md").read_text()
+    table = (tmp_path / "README.md").read_text()
+    assert "--policy cnn --inputs proprio+cameras --batch-size 32 --batch-size 8" in table

@@ -144,10 +144,11 @@ class Policy(nn.Module):
             raise ValueError(f"--n-action-steps must be in 1..{spec.horizon + spec.action_start} for {spec.kind} "
                              f"(horizon {spec.horizon}), got {spec.n_action_steps}")
         self.spec = spec
-        mode = (normalisation or {}).get
-        self.inputs = nn.ModuleDict({module_key(name): Normalizer.of(stats[name], mode(name, "mean_std"))
+        modes = normalisation or {}
+        self.normalisation = {name: modes.get(name, "mean_std") for name in [*spec.features, "action"]}
+        self.inputs = nn.ModuleDict({module_key(name): Normalizer.of(stats[name], self.normalisation[name])
                                      for name in spec.features})
-        self.action = Normalizer.of(stats["action"], mode("action", "mean_std"))
+        self.action = Normalizer.of(stats["action"], self.normalisation["action"])
         self.reset()
 
     @classmethod
@@ -267,10 +268,10 @@ def policy_class(kind: str) -> type[Policy]:
 def policy_spec(config, store_features: dict[str, dict]) -> PolicySpec:
     """The spec of ``config.policy`` (a ``TrainConfig``) on a store with ``store_features``.
 
-    ``config.inputs`` picks the features (``INPUTS``; ``auto``: ``proprio+cameras`` for cnn,
-    and for act and diffusion on a store with cameras, else ``state``), cameras as [C, H, W]. ``state``
-    takes whichever of ``STATE_FEATURES`` the store has (plug-in tasks may have only
-    ``observation.state``); the other choices need every feature they name. Raises
+    ``config.inputs`` picks the features (``INPUTS``; ``auto``: ``proprio+cameras`` for
+    cnn, and for act and diffusion on a store with cameras, else ``state``), cameras as
+    [C, H, W]. ``state`` takes whichever of ``STATE_FEATURES`` the store has (plug-in tasks
+    may have only ``observation.state``); the other choices need every feature they name. Raises
     ValueError, naming the fix, for an unknown kind, inputs the kind cannot take, or
     inputs the store cannot feed.
     """

@@ -1,0 +1,75 @@
+"""python -m train.export: our act and diffusion as LeRobot pretrained_model directories, acting as ours do."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from collect_helpers import REPO, subprocess_env
+from sim.fleet import make_robot
+from sim.tasks import resolve_task
+from train.augment import images_to_model
+from train.checkpoint import load_policy
+from train_helpers import train
+
+
+def export(run, out) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "train.export", str(run), str(out)], capture_output=True, text=True,
+                          env=subprocess_env(), cwd=REPO, timeout=300)
+
+
+def as_lerobot_takes_it(observation: dict, features) -> dict[str, torch.Tensor]:
+    """An env observation as lerobot-eval hands it to the preprocessor: images float C x H x W in [0, 1]."""
+    return {name: images_to_model(torch.from_numpy(value)[None])[0] if name.startswith("observation.images.")
+            else torch.from_numpy(value) for name, value in observation.items() if name in features}
+
+
+@pytest.mark.parametrize("kind", ["act", "diffusion"])
+def test_an_exported_policy_loads_in_lerobot_and_acts_as_ours(kind, camera_fleet, tmp_path):
+    from lerobot.configs.policies import PreTrainedConfig
+    from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+
+    run, out = tmp_path / "run", tmp_path / "pretrained_model"
+    completed = train("--data", camera_fleet, "--out", run, "--policy", kind, "--max-steps", "3", "--batch-size", "8",
+                      "--val-fraction", "0")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    completed = export(run, out)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert {"config.json", "model.safetensors", "policy_preprocessor.json", "policy_postprocessor.json"} <= \
+        {path.name for path in out.iterdir()}
+
+    ours, _ = load_policy(run)
+    config = PreTrainedConfig.from_pretrained(out)
+    theirs = get_policy_class(config.type).from_pretrained(out)
+    preprocessor, postprocessor = make_pre_post_processors(config, pretrained_path=out)
+    assert config.type == kind and set(config.input_features) == set(ours.spec.features)
+
+    env = resolve_task("reach").make_env(make_robot(0), cameras=("front",), image_size=32)
+    observation, _ = env.reset(seed=5)
+    ours.reset()
+    theirs.reset()
+    for step in range(10):  # past n_action_steps (8): a second chunk
+        torch.manual_seed(step)  # diffusion draws its starting noise from torch's generator
+        action = ours.select_action(observation)
+        torch.manual_seed(step)
+        lerobot_action = postprocessor(theirs.select_action(preprocessor(as_lerobot_takes_it(observation,
+                                                                                              ours.spec.features))))
+        np.testing.assert_allclose(lerobot_action[0].numpy(), action, rtol=1e-4, atol=1e-5)
+        observation, *_ = env.step(action)
+
+
+def test_what_cannot_be_exported_is_a_one_line_error(pick_place_fleet, tmp_path):
+    run = tmp_path / "mlp"
+    assert train("--data", pick_place_fleet, "--out", run, "--max-steps", "2", "--batch-size", "8",
+                 "--val-fraction", "0").returncode == 0
+    completed = export(run, tmp_path / "out")
+    assert completed.returncode == 2 and "mlp has no LeRobot counterpart" in completed.stderr
+    assert completed.stderr.strip().count("\n") == 0 and not (tmp_path / "out").exists()
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "file").write_text("x")
+    completed = export(run, tmp_path / "taken")
+    assert completed.returncode == 2 and "is not an empty directory" in completed.stderr
+    completed = export(tmp_path / "no_run", tmp_path / "out")
+    assert completed.returncode == 2 and completed.stderr.strip().count("\n") == 0
