@@ -109,12 +109,23 @@ def environ_restored() -> Iterator[None]:
 
 
 @contextmanager
-def dask_client(config: CollectConfig, preload: Sequence[str] = ("collect.worker",)) -> Iterator[Client]:
+def dask_client(config: CollectConfig, preload: Sequence[str] = ("collect.worker",),
+                show_dashboard: bool = False) -> Iterator[Client]:
     """A client of ``config.scheduler``, or of a fresh LocalCluster of ``config.workers`` processes.
 
     ``config`` is any config with those two fields (collect's, federated training's).
     ``preload`` names modules the local workers import while the cluster starts.
+    ``show_dashboard`` prints the link to the cluster's dashboard (bokeh serves it).
     """
+    with _client(config, preload) as client:
+        if show_dashboard:
+            print(f"dask dashboard: {client.dashboard_link}", flush=True)
+        yield client
+
+
+@contextmanager
+def _client(config: CollectConfig, preload: Sequence[str]) -> Iterator[Client]:
+    """``dask_client``'s client: of the given scheduler, or of a LocalCluster made for it."""
     if config.scheduler:
         try:
             client = Client(config.scheduler, timeout="5s")
@@ -126,8 +137,8 @@ def dask_client(config: CollectConfig, preload: Sequence[str] = ("collect.worker
     with dask.config.set(LOCAL_CLUSTER_CONFIG), environ_restored():
         cluster = LocalCluster(
             n_workers=config.workers, threads_per_worker=1, processes=True,
-            # The scheduler serves HTTP even without a dashboard, on dask's port 8787 by default: a second
-            # command running at the same time found it taken and printed a warning. Any free local port.
+            # The dashboard on any free local port: on dask's 8787, a second command running at the same time
+            # found it taken and printed a warning.
             dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
             preload=list(preload),  # collect.worker: import sim, mujoco and zarr while the cluster starts
         )
@@ -173,7 +184,7 @@ def run_collection(config: CollectConfig) -> CollectionSummary:
 
     reports: list[RobotReport] = []
     entered = time.perf_counter()
-    with dask_client(config) as client:
+    with dask_client(config, show_dashboard=not config.quiet) as client:
         started = time.perf_counter()
         progress = _Progress(config.robots * config.episodes, create_output(out, config), config.quiet)
         write_manifest(out, config, spec, features, fps, fleet)

@@ -35,8 +35,23 @@ def write_json_atomic(path: Path, content: dict) -> None:
     os.replace(temporary, path)
 
 
+def read_manifest(directory: Path) -> dict | None:
+    """DIRECTORY/manifest.json, parsed; None where there is none.
+
+    The one place a manifest is read: one that is not JSON is a ``ValueError`` naming the file.
+    """
+    path = Path(directory) / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_bytes())
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{path} is corrupt, not JSON ({error}); restore it, or recollect into a new --out "
+                         f"(or this one with --overwrite)") from None
+
+
 def _check_compatible(out: Path, config: CollectConfig, features: dict) -> None:
-    existing = json.loads((out / MANIFEST).read_text())
+    existing = read_manifest(out)
     expected = {"schema_version": SCHEMA_VERSION, **config.data_config(), "features": features}
     found = {"schema_version": existing.get("schema_version"), **existing.get("data_config", {}),
              "features": existing.get("features")}

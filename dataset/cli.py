@@ -74,7 +74,7 @@ class ImportConfig:
 def _open(path: str) -> FleetStore:
     try:
         return FleetStore.open(path)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ValueError) as error:  # no store there; a corrupt manifest or unreadable shard
         fail(str(error))
 
 

@@ -7,14 +7,13 @@ visible, and they stay the same for the life of the object.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import zarr
 
-from collect.manifest import MANIFEST
+from collect.manifest import MANIFEST, read_manifest
 from collect.shard import committed_count
 from sim.fleet import RobotProfile
 
@@ -59,7 +58,7 @@ class FleetStore:
         """A snapshot of the collection at ``path``: the directory of ``manifest.json`` and ``robot_NNNN.zarr``.
 
         Raises ``FileNotFoundError`` where ``path`` holds neither (a robot's own store included),
-        and ``ValueError`` for a store zarr cannot open.
+        and ``ValueError`` for a manifest that is not JSON or a store zarr cannot open.
         """
         path = Path(path)
         if not path.is_dir():
@@ -67,8 +66,7 @@ class FleetStore:
         if (path / "zarr.json").exists():  # a zarr store itself, most likely one robot's
             raise FileNotFoundError(f"{path} is a zarr store, not a fleet store: open the directory that holds "
                                     f"the robot_NNNN.zarr stores and manifest.json ({path.parent}?)")
-        manifest_path = path / MANIFEST
-        manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else None
+        manifest = read_manifest(path)
         shards = {}
         for store_path in sorted(path.glob("robot_*.zarr")):
             robot_id = int(store_path.stem.split("_")[1])
@@ -90,6 +88,12 @@ class FleetStore:
     @property
     def robots(self) -> list[int]:
         return sorted(self.shards)
+
+    @property
+    def missing_robots(self) -> list[int]:
+        """Robots the manifest lists whose store is not on disk (deleted since it was written)."""
+        listed = (self.manifest or {}).get("robots", {})
+        return sorted(int(robot_id) for robot_id in listed if int(robot_id) not in self.shards)
 
     @property
     def num_episodes(self) -> int:

@@ -67,9 +67,8 @@ def verify_store(store: FleetStore, check_data: bool = True, progress: bool = Fa
     problems = []
     if store.manifest is None:
         problems.append(Problem(None, None, f"{store.path}: no {MANIFEST}"))
-    for robot_id in (store.manifest or {}).get("robots", {}):
-        if int(robot_id) not in store.shards:
-            problems.append(Problem(store_name(int(robot_id)), None, f"listed in {MANIFEST} but missing"))
+    for robot_id in store.missing_robots:
+        problems.append(Problem(store_name(robot_id), None, f"listed in {MANIFEST} but missing"))
     tasks = [dask.delayed(verify_shard, pure=False)(shard, store.manifest, check_data)
              for shard in store.shards.values()]
     with TqdmCallback(desc="verify", unit="shard", tqdm_class=progress_bar) if progress else contextlib.nullcontext():

@@ -39,7 +39,7 @@ def make_jobs(config: EvalConfig, plan: EvalPlan, video_dir: Path) -> list[Robot
 def run_jobs(config: EvalConfig, jobs: list[RobotJob]) -> tuple[list[dict], float]:
     """Every job's episode records, and the seconds from the first submit to the last result."""
     records: list[dict] = []
-    with dask_client(config) as client:
+    with dask_client(config, show_dashboard=not config.quiet) as client:
         client.run(importlib.import_module, "eval.rollout")  # torch and mujoco load before the clock starts
         started = time.perf_counter()
         futures = {client.submit(evaluate_robot, job, retries=TASK_RETRIES, pure=False): job for job in jobs}

@@ -25,11 +25,10 @@ from eval.config import EvalConfig
 from sim.cli import one_line
 from sim.fleet import RobotProfile, episode_seed, make_robot
 from sim.tasks import resolve_task
-from train.checkpoint import latest_checkpoint, load_checkpoint, load_policy
+from train.checkpoint import checkpoint_dir, load_policy, newest_intact_checkpoint, read_checkpoint
 from train.policy import IMAGE_PREFIX
 
 SEED_STREAM = "evaluate"
-CHECKPOINT_KEYS = ("policy_spec", "model", "stats", "features", "task", "step")
 
 
 @dataclass
@@ -59,18 +58,21 @@ class EvalPlan:
 
 
 def _load(path: str) -> tuple[str, dict]:
-    """The checkpoint file and its content; refuses missing, unreadable and incomplete ones."""
+    """The checkpoint file and its content; refuses missing, unreadable and incomplete ones.
+
+    A run directory (or its checkpoints/) gives its newest intact checkpoint, with a warning
+    for each broken one skipped; a file is that checkpoint or an error.
+    """
     given = Path(path)
-    resolved = (latest_checkpoint(given) if given.is_dir() else given.resolve()) or given
-    try:
-        checkpoint = load_checkpoint(resolved)
-    except FileNotFoundError as error:
-        raise ValueError(str(error)) from None
-    except Exception as error:  # torch.load raises many kinds on a truncated or foreign file
-        raise ValueError(f"cannot read checkpoint {resolved} (truncated or not a checkpoint): {one_line(error)}") from None
-    missing = [key for key in CHECKPOINT_KEYS if key not in checkpoint] if isinstance(checkpoint, dict) else ["all"]
-    if missing:
-        raise ValueError(f"{resolved} is not a RoboFleet checkpoint: it lacks {', '.join(missing)}")
+    if given.is_dir():
+        run = given.parent if given == checkpoint_dir(given.parent) else given
+        found = newest_intact_checkpoint(run)
+        if found is None:
+            raise ValueError(f"no checkpoint at {given}")
+        resolved, checkpoint = found[0].resolve(), found[1]
+    else:
+        resolved = given.resolve()
+        checkpoint = read_checkpoint(resolved)
     try:
         load_policy(resolved)
     except Exception as error:  # unknown policy kind, weights that do not fit the spec
@@ -117,12 +119,17 @@ def _check_schema(checkpoint: dict, env_features: dict) -> None:
 
 
 def _training_store(checkpoint: dict | None) -> FleetStore | None:
+    """The collection the checkpoint was trained on, where it is still on disk.
+
+    A ``ValueError`` (a corrupt manifest, a store zarr cannot open) stops the evaluation: its
+    held-out seeds could not be checked against it.
+    """
     data = (checkpoint or {}).get("data")
     if not data:
         return None
     try:
         return FleetStore.open(data)
-    except (OSError, ValueError):
+    except OSError:  # moved or deleted: the seeds are held out by their stream alone
         return None
 
 

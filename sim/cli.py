@@ -7,7 +7,7 @@ become ``--flag`` / ``--no-flag`` pairs; tuples take several values. A field wit
 
 Commands with subcommands (``dataset info PATH``) give each subcommand its own
 config dataclass: see ``parse_subcommand``. The commands' progress bars come from
-``progress_bar``, their one-line errors from ``fail``.
+``progress_bar``, their one-line errors from ``fail`` (and warnings from ``warn``).
 """
 
 from __future__ import annotations
@@ -119,6 +119,11 @@ def fail(message: str, code: int = 2) -> typing.NoReturn:
     """Exit with a one-line error, the way every RoboFleet command reports bad input."""
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(code)
+
+
+def warn(message: str) -> None:
+    """A one-line warning on stderr: something the command worked around, that the user should know."""
+    print(f"warning: {message}", file=sys.stderr)
 
 
 LOG_REDRAW_S = 60.0  # a progress bar's redraw interval when stderr is a file or a pipe

@@ -5,6 +5,7 @@ import json
 import os
 import socket
 import subprocess
+import urllib.request
 
 import numpy as np
 import pytest
@@ -148,6 +149,7 @@ def test_the_progress_bar_counts_every_episode_and_the_summary_follows(tmp_path)
     assert completed.stderr.count("episodes: ") == 2, completed.stderr  # 0% and 100%
     assert "3 robots, 240 episodes" in completed.stdout + completed.stderr
     assert "s to set up and shut down dask)" in completed.stdout  # timed apart from the collection
+    assert completed.stdout.startswith("dask dashboard: http://127.0.0.1:")
     again = subprocess.run(command, capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=300)
     assert again.returncode == 0 and "3 robots, 240 episodes" in again.stdout
     assert "nothing left to collect" in again.stdout and "steps/s" not in again.stdout
@@ -161,6 +163,15 @@ def test_another_cluster_on_dasks_default_port_leaves_collect_silent(tmp_path):
             other_cluster.listen()
         completed = run_collect(tmp_path / "fleet", "--robots", "1", "--episodes", "2", "--task", "reach")
     assert completed.returncode == 0 and completed.stderr == ""
+
+
+def test_the_dashboard_link_is_printed_and_serves_dasks_dashboard(capsys):
+    """bokeh is installed, so the scheduler serves the dashboard (without it, the page says "Dask needs bokeh")."""
+    with dask_client(CollectConfig(workers=1), show_dashboard=True) as client:
+        with urllib.request.urlopen(client.dashboard_link, timeout=60) as response:
+            assert response.status == 200 and "Dask Diagnostic UI" in response.read().decode()
+    assert client.dashboard_link.endswith("/status")
+    assert capsys.readouterr().out == f"dask dashboard: {client.dashboard_link}\n"
 
 
 def test_a_local_cluster_gives_the_caller_its_environment_back():

@@ -96,6 +96,7 @@ def test_eval_info_holds_every_episode_and_consistent_figures(compared):
     assert (out / "success.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for site in (*SITES, "fleet"):  # the console table
         assert any(line.startswith(site) for line in completed.stdout.splitlines()), completed.stdout
+    assert completed.stdout.startswith("dask dashboard: http://127.0.0.1:")  # then the table
 
 
 def test_compare_puts_the_expert_on_the_same_robots_and_seeds(compared):

@@ -8,9 +8,10 @@ the backend follows the device: nccl on GPU, gloo on CPU. Gradients travel throu
 comm hook of --comm-hook (train/comm_hooks.py). Rank 0 alone logs (train/monitor.py:
 progress lines, RUN/metrics.jsonl with the data-wait, compute and communication times,
 TensorBoard, optional Weights & Biases, RUN/training_curve.png) and writes checkpoints.
-A run resumes from RUN/checkpoints/last unless --no-resume, so rerunning the same
-command (or torchrun --max-restarts) carries on after a crash or Ctrl-C, from the start
-of the epoch after the checkpoint's. docs/training.md is the guide.
+A run resumes from RUN/checkpoints/last unless --no-resume (from the newest older one
+that loads, with a warning, where that one is broken), so rerunning the same command (or
+torchrun --max-restarts) carries on after a crash or Ctrl-C, from the start of the epoch
+after the checkpoint's. docs/training.md is the guide.
 """
 
 from __future__ import annotations
@@ -28,18 +29,21 @@ import torch.distributed as dist
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from collect.manifest import write_json_atomic
-from dataset import FleetStore
 from dataset.episodes import select_episodes, split_episodes
 from dataset.loader import make_dataloader
 from dataset.stats import fleet_stats
 from dataset.windows import FleetWindowDataset, WindowSpec
 from sim.cli import code_version, fail, parse_config
-from train.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_state, rng_state, save_checkpoint
+from train.checkpoint import (EVALUATION_KEYS, latest_checkpoint, newest_intact_checkpoint, restore_rng_state,
+                              rng_state, save_checkpoint)
 from train.comm_hooks import UnlabelledDistributedDataParallel, register_comm_hook
 from train.config import TrainConfig
+from train.data import open_training_store
 from train.monitor import Monitor, StepTimer, sync_efficiency
 from train.policy import make_policy, policy_spec
 from train.schedule import adamw, learning_rate_factor, scaled_learning_rate
+
+RESUME_KEYS = (*EVALUATION_KEYS, "optimizer", "scheduler", "rng", "epoch")  # what a resume reads
 
 
 def mean_over_ranks(values: dict[str, float], device: torch.device) -> dict[str, float]:
@@ -83,10 +87,7 @@ def run_training(config: TrainConfig) -> None:
         fail(f"--amp bf16 needs a GPU with bfloat16 ({torch.cuda.get_device_name(device)} has none); use --amp fp16")
 
     # ----- data ----------------------------------------------------------------------------------------
-    try:
-        store = FleetStore.open(config.data)
-    except (FileNotFoundError, ValueError) as error:
-        fail(str(error))
+    store = open_training_store(config, quiet=not master)
     if master:
         stats = fleet_stats(store)  # rank 0 computes (and caches) first; the others then read the cache
     if ddp:
@@ -159,9 +160,12 @@ def run_training(config: TrainConfig) -> None:
 
     # ----- resume and checkpoints ------------------------------------------------------------------------
     step = 0
-    checkpoint_path = latest_checkpoint(run) if config.resume else None
-    if checkpoint_path is not None:
-        checkpoint = load_checkpoint(checkpoint_path)
+    try:  # every rank walks the same files to the same checkpoint; rank 0 warns of those it skips
+        resumed = newest_intact_checkpoint(run, RESUME_KEYS, quiet=not master) if config.resume else None
+    except ValueError as error:
+        fail(f"{error}; --no-resume starts afresh")
+    if resumed is not None:
+        _, checkpoint = resumed
         # With an EMA, "model" holds the average (evaluation runs it) and "ema" the trained weights.
         policy.load_state_dict(checkpoint.get("ema", {}).get("trained_model", checkpoint["model"]))
         if ema is not None and "ema" in checkpoint:  # else the average starts afresh from these weights
@@ -196,7 +200,8 @@ def run_training(config: TrainConfig) -> None:
                                                  "world_size": world_size, "effective_batch": effective_batch,
                                                  "lr": lr, "sync_batchnorm_layers": sync_batchnorm_layers,
                                                  "code_version": code_version()})
-        print(f"training {config.policy} on {spec.inputs} ({', '.join(spec.features)}) from {len(train_episodes)} episodes ({len(val_episodes)} held out), "
+        print(f"training {config.policy} on {spec.inputs} ({', '.join(spec.features)}) from "
+              f"{len(train_episodes)} episodes ({len(val_episodes)} held out), "
               f"{world_size} rank(s) on {device}, batch "
               f"{config.batch_size} x {config.grad_accum} micro-steps x {world_size} ranks = "
               f"{effective_batch} windows per step (the effective batch); lr {lr:.4g} ({config.lr:.4g} "
@@ -204,7 +209,7 @@ def run_training(config: TrainConfig) -> None:
               f"comm hook {config.comm_hook if ddp else 'none (one process)'}, "
               f"ema {config.ema_decay or 'off'}"
               + (f"; {sync_batchnorm_layers} SyncBatchNorm layers" if sync_batchnorm_layers else "")
-              + (f"; resumed from step {step}" if checkpoint_path else ""))
+              + (f"; resumed from step {step}" if resumed else ""))
     monitor = Monitor(run, config, start_step=step) if master else None
     timer = StepTimer(policy, device)
 

@@ -8,6 +8,10 @@ Files are written to a temporary name and renamed into place (``os.replace``), a
 ``last`` moves only after the new file is complete, so a crash at any moment leaves
 the previous checkpoint intact. Only the newest ``keep`` are kept; a run started afresh
 (``--no-resume``) in an old run's directory replaces the old run's checkpoints as it goes.
+
+A file damaged afterwards (truncated by a full disk or a bad copy, overwritten) is
+skipped on resume and by ``evaluate RUN``: ``newest_intact_checkpoint`` walks back from
+``last`` to the newest one that loads, with a one-line warning for each one skipped.
 """
 
 from __future__ import annotations
@@ -15,14 +19,17 @@ from __future__ import annotations
 import os
 import random
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from sim.cli import one_line, warn
 from train.policy import Policy, PolicySpec, make_policy
 
 LAST = "last"
+EVALUATION_KEYS = ("policy_spec", "model", "stats", "features", "task", "step")  # what a checkpoint always holds
 
 
 def checkpoint_dir(run: Path) -> Path:
@@ -69,6 +76,52 @@ def latest_checkpoint(run: Path) -> Path | None:
     """The checkpoint ``RUN/checkpoints/last`` points at, if any."""
     last = checkpoint_dir(run) / LAST
     return last.resolve() if last.exists() else None
+
+
+def read_checkpoint(path: Path, keys: Sequence[str] = EVALUATION_KEYS) -> dict:
+    """The content of the checkpoint file ``path``; a one-line ``ValueError`` when it is missing, does
+    not load (truncated, not a torch file) or lacks any of ``keys``."""
+    if not path.is_file():
+        raise ValueError(f"no checkpoint at {path}")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # torch.load raises many kinds on a truncated or foreign file
+        raise ValueError(f"cannot read checkpoint {path} (truncated or not a checkpoint): {one_line(error)}") from None
+    missing = [key for key in keys if key not in checkpoint] if isinstance(checkpoint, dict) else ["all"]
+    if missing:
+        raise ValueError(f"{path} is not a RoboFleet checkpoint: it lacks {', '.join(missing)}")
+    return checkpoint
+
+
+def newest_intact_checkpoint(run: Path, keys: Sequence[str] = EVALUATION_KEYS,
+                             quiet: bool = False) -> tuple[Path, dict] | None:
+    """The newest checkpoint of ``run`` that ``read_checkpoint`` accepts, and its content; None without any.
+
+    The walk starts at the one ``last`` points at and goes back through the older
+    ``step_*.pt`` (all of them, newest first, where ``last`` is gone), and warns in one
+    line of each one skipped (unless ``quiet``). Where every checkpoint is broken, a
+    ``ValueError`` says so in one line. The walk depends only on the files, which no rank
+    changes before every rank has loaded, so all ranks of a job pick the same one.
+    """
+    files = sorted(checkpoint_dir(run).glob("step_*.pt"), reverse=True)
+    last = latest_checkpoint(run)
+    if last is not None:  # a later file: written but not yet pointed at, or abandoned and not yet pruned
+        files = [path for path in files if path.name <= last.name]
+    skipped = []
+    for path in files:
+        try:
+            checkpoint = read_checkpoint(path, keys)
+        except ValueError as error:
+            skipped.append(str(error))
+            continue
+        if not quiet:
+            for reason in skipped:
+                warn(f"skipped a broken checkpoint: {reason}")
+        return path, checkpoint
+    if skipped:
+        raise ValueError(f"no intact checkpoint in {checkpoint_dir(run)}: all {len(skipped)} are broken; "
+                         f"the newest: {skipped[0]}")
+    return None
 
 
 def load_checkpoint(path: Path) -> dict:

@@ -3,11 +3,13 @@
 ``PolicyOptions`` are the options that pick and size the policy (``train/policy.py``'s
 ``policy_spec`` reads them); ``TrainConfig`` (``train/bc.py``) and ``FederatedConfig``
 (``train/federated_config.py``) both extend it, so the two commands build policies alike.
+They both extend ``DataOptions`` too, the options about the fleet store they read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sim.cli import check_choices, check_options
 from train.comm_hooks import COMM_HOOKS
@@ -15,6 +17,21 @@ from train.policy import INPUTS
 
 VISION_BACKBONES = ("small", "resnet18")  # train/vision.py
 LEROBOT_SIZES = ("small", "default")  # train/lerobot_policies.py
+
+
+def check_run_directory(out: str) -> None:
+    """Refuse an ``--out`` that names a file: the run directory is made there."""
+    if Path(out).exists() and not Path(out).is_dir():
+        raise ValueError(f"--out {out} is a file, not a directory")
+
+
+@dataclass
+class DataOptions:
+    """The options about the fleet store a training command reads (``train/data.py`` checks it)."""
+
+    allow_missing_robots: bool = field(default=False, metadata={
+        "help": "train on the robots whose stores are on disk when some that the manifest lists are missing "
+                "(default: stop)"})
 
 
 @dataclass
@@ -54,7 +71,7 @@ class PolicyOptions:
 
 
 @dataclass
-class TrainConfig(PolicyOptions):
+class TrainConfig(PolicyOptions, DataOptions):
     data: str = field(default="data/fleet", metadata={"help": "fleet store to train on (the OUT of collect)"})
     out: str = field(default="runs/bc", metadata={"help": "run directory: config, metrics, checkpoints"})
     sites: tuple[str, ...] = field(default=(), metadata={"help": "train on these sites only (default: all)"})
@@ -108,4 +125,5 @@ class TrainConfig(PolicyOptions):
         check_options(self, ("warmup_steps", "weight_decay", "grad_clip"), lambda value: value >= 0,
                       "must not be negative")
         check_options(self, ("threads",), lambda value: value >= 0, "must be 0 (torch's default) or more")
+        check_run_directory(self.out)
         self.sites, self.robots = tuple(self.sites), tuple(self.robots)

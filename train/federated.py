@@ -25,7 +25,8 @@ again with a fresh sample, up to ``--round-attempts`` times, and then the run st
 
 Every round writes a checkpoint in train/bc.py's format (``RUN/checkpoints/step_<round>``;
 ``evaluate --checkpoint RUN`` reads it, giving each robot its own head) and a line of
-``RUN/metrics.jsonl``. Rerunning the command resumes after the last checkpointed round.
+``RUN/metrics.jsonl``. Rerunning the command resumes after the last checkpointed round
+(the last one whose checkpoint loads: a broken one is skipped with a warning).
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ from dataset import FleetStore
 from dataset.episodes import select_episodes
 from dataset.stats import fleet_stats
 from sim.cli import code_version, fail, parse_config, progress_bar
-from train.checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint
+from train.checkpoint import latest_checkpoint, newest_intact_checkpoint, rng_state, save_checkpoint
 from train.compression import decode_update, payload_bytes
+from train.data import open_training_store
 from train.fedavg import (ClientJob, ClientUpdate, State, average_states, flatten, shared_keys, train_client,
                           unflatten, weighted_average)
 from train.federated_config import FederatedConfig
@@ -282,10 +284,7 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
     ``train`` is the client task (a module-level function dask can ship to its workers).
     """
     run = Path(config.out)
-    try:
-        store = FleetStore.open(config.data)
-    except (FileNotFoundError, ValueError) as error:
-        fail(str(error))
+    store = open_training_store(config)
     episodes = select_episodes(store, robots=config.robots or None, sites=config.sites or None)
     robots = sorted({episode.robot_id for episode in episodes})
     if not robots:
@@ -296,9 +295,12 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
     except (ValueError, NotImplementedError) as error:
         fail(str(error))
     config.inputs = server.spec.inputs  # auto resolved: the saved config records what the policy sees
-    checkpoint_path = latest_checkpoint(run) if config.resume else None
-    if checkpoint_path is not None:
-        server.restore(load_checkpoint(checkpoint_path))
+    try:
+        resumed = newest_intact_checkpoint(run) if config.resume else None
+    except ValueError as error:
+        fail(f"{error}; --no-resume starts afresh")
+    if resumed is not None:
+        server.restore(resumed[1])
 
     run.mkdir(parents=True, exist_ok=True)
     write_json_atomic(run / "config.json", {"config": asdict(config), "policy_spec": server.spec.to_dict(),
@@ -309,11 +311,12 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
     if not config.quiet:
         print(f"federated {config.policy} on {len(robots)} robots ({len(episodes)} episodes): {clients_per_round} "
               f"clients per round x {config.local_epochs} local epoch(s), compression {config.compression}, "
-              f"personal {config.personal}" + (f"; resumed after round {server.round}" if checkpoint_path else ""))
+              f"personal {config.personal}" + (f"; resumed after round {server.round}" if resumed else ""))
 
     with contextlib.ExitStack() as stack:
         try:
-            client = stack.enter_context(dask_client(config, preload=("train.fedavg",)))
+            client = stack.enter_context(dask_client(config, preload=("train.fedavg",),
+                                                     show_dashboard=not config.quiet))
         except ValueError as error:  # an unreachable --scheduler
             fail(str(error))
         metrics = stack.enter_context(open(run / "metrics.jsonl", "a"))

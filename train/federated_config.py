@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 
 from sim.cli import check_choices, check_options
 from train.compression import COMPRESSIONS
-from train.config import PolicyOptions
+from train.config import DataOptions, PolicyOptions, check_run_directory
 
 PERSONAL_MODES = ("none", "robot", "site")
 
 
 @dataclass
-class FederatedConfig(PolicyOptions):  # the policy options are train/bc.py's
+class FederatedConfig(PolicyOptions, DataOptions):  # the policy and data options are train/bc.py's
     data: str = field(default="data/fleet", metadata={"help": "fleet store: each robot's shard is one client's data"})
     out: str = field(default="runs/federated", metadata={"help": "run directory: config, metrics, checkpoints"})
     rounds: int = field(default=20, metadata={"help": "communication rounds in total (a resumed run counts on)"})
@@ -71,4 +71,5 @@ class FederatedConfig(PolicyOptions):  # the policy options are train/bc.py's
                              f"rounds than --rounds ({self.rounds}), or as many with --head-epochs")
         if self.head_epochs and self.personal == "none":
             raise ValueError("--head-epochs fits personal heads: it needs --personal robot or site")
+        check_run_directory(self.out)
         self.sites, self.robots = tuple(self.sites), tuple(self.robots)

@@ -1,0 +1,145 @@
+"""Damaged inputs: broken checkpoints, missing robot stores, a corrupt manifest, an --out that is a file.
+
+Each is worked around with a one-line warning or stops with a one-line error (exit 2),
+never a traceback and never a silent run on the wrong data. Commands that stop before
+training or evaluating run in this process; the others run as users run them.
+"""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from collect.cli import main as collect_main
+from dataset.cli import main as dataset_main
+from eval.cli import main as evaluate_main
+from train.bc import main as bc_main
+from train.checkpoint import checkpoint_dir, load_checkpoint
+from train.federated import main as federated_main
+from train_helpers import QUICK, train
+
+TRAINING = ((bc_main, QUICK), (federated_main, []))  # each training command's main, with options for a tiny fleet
+
+
+@pytest.fixture(scope="module")
+def trained(pick_place_fleet, tmp_path_factory):
+    """A bc.py run of 20 steps on the pick-place fleet: checkpoints at steps 10 and 20. Read-only."""
+    run = tmp_path_factory.mktemp("integrity") / "run"
+    completed = train("--data", pick_place_fleet, "--out", run, "--max-steps", "20")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return run
+
+
+@pytest.fixture
+def run(trained, tmp_path):
+    """A copy of the trained run, to damage."""
+    return shutil.copytree(trained, tmp_path / "run", symlinks=True)
+
+
+@pytest.fixture
+def fleet(pick_place_fleet, tmp_path):
+    """A copy of the pick-place fleet, to damage."""
+    return shutil.copytree(pick_place_fleet, tmp_path / "fleet")
+
+
+def exit_code_of(main, arguments) -> int:
+    """Run a command's ``main`` in this process; the code it exits with."""
+    with pytest.raises(SystemExit) as exit_info:
+        main([*map(str, arguments)])
+    return exit_info.value.code
+
+
+def truncate(path) -> None:
+    """Cut a file to half its size, as a full disk or an interrupted copy leaves it."""
+    content = path.read_bytes()
+    path.write_bytes(content[: len(content) // 2])
+
+
+def step_file(run, step: int):
+    return checkpoint_dir(run) / f"step_{step:08d}.pt"
+
+
+def assert_one_line(stderr: str, *fragments: str) -> None:
+    assert stderr.strip().count("\n") == 0, stderr
+    for fragment in fragments:
+        assert fragment in stderr, stderr
+
+
+# ----- checkpoints ----------------------------------------------------------------------------------------
+def test_training_skips_a_truncated_newest_checkpoint_with_one_warning_and_resumes_from_the_one_before(
+        pick_place_fleet, run):
+    truncate(step_file(run, 20))
+    completed = train("--data", pick_place_fleet, "--out", run, "--max-steps", "30")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "resumed from step 10" in completed.stdout
+    assert completed.stderr.startswith("warning: skipped a broken checkpoint: cannot read checkpoint ")
+    assert_one_line(completed.stderr, f"{step_file(run, 20)} (truncated or not a checkpoint)")
+    assert load_checkpoint(run)["step"] == 30
+
+
+def test_with_every_checkpoint_broken_training_stops_with_one_line(pick_place_fleet, run, capsys):
+    truncate(step_file(run, 20))
+    step_file(run, 10).write_bytes(b"not a zip")
+    message = f"error: no intact checkpoint in {checkpoint_dir(run)}: all 2 are broken; the newest: cannot read"
+    for main, options in TRAINING:
+        assert exit_code_of(main, ["--data", pick_place_fleet, "--out", run, *options]) == 2
+        assert_one_line(capsys.readouterr().err, message, "--no-resume starts afresh")
+
+
+def test_evaluate_on_a_run_directory_falls_back_to_its_newest_intact_checkpoint(run, tmp_path, capsys):
+    truncate(step_file(run, 20))
+    out = tmp_path / "eval"
+    evaluate_main(["--checkpoint", str(run), "--robots", "1", "--episodes", "1", "--workers", "1", "--out", str(out),
+                   "--quiet"])
+    assert json.loads((out / "eval_info.json").read_text())["checkpoint"]["step"] == 10
+    warning = capsys.readouterr().err
+    assert warning.startswith("warning: skipped a broken checkpoint: cannot read checkpoint ")
+    assert_one_line(warning, str(step_file(run, 20)))
+
+
+# ----- collections --------------------------------------------------------------------------------------
+def test_a_missing_robot_store_stops_training_unless_allowed(fleet, tmp_path, capsys):
+    shutil.rmtree(fleet / "robot_0001.zarr")
+    message = f"1 robot store(s) listed in {fleet / 'manifest.json'} are missing: robot_0001.zarr"
+    for main, options in TRAINING:
+        assert exit_code_of(main, ["--data", fleet, "--out", tmp_path / "stopped", *options]) == 2
+        assert_one_line(capsys.readouterr().err, f"error: {message}; rerun the collect command",
+                        "--allow-missing-robots")
+
+    allowed = train("--data", fleet, "--out", tmp_path / "allowed", "--max-steps", "10", "--allow-missing-robots")
+    assert allowed.returncode == 0, allowed.stderr[-3000:]
+    assert_one_line(allowed.stderr, f"warning: {message}; training on the other 2 (--allow-missing-robots)")
+    assert load_checkpoint(tmp_path / "allowed")["step"] == 10
+
+
+def test_a_corrupt_manifest_is_one_line_naming_it_in_every_command(fleet, trained, tmp_path, capsys):
+    manifest = fleet / "manifest.json"
+    manifest.write_text(manifest.read_text()[:-20])  # cut short, as a bad copy leaves it
+    message = f"error: {manifest} is corrupt, not JSON"
+    for subcommand in (["info"], ["verify"], ["stats"], ["export-lerobot", tmp_path / "lerobot"]):
+        assert exit_code_of(dataset_main, [subcommand[0], fleet, *subcommand[1:]]) == 2
+        assert_one_line(capsys.readouterr().err, message)
+    collect_again = ["--out", fleet, "--robots", "3", "--episodes", "3", "--task", "pick_place", "--quiet"]
+    assert exit_code_of(collect_main, collect_again) == 2
+    assert_one_line(capsys.readouterr().err, message)
+    for main, options in TRAINING:
+        assert exit_code_of(main, ["--data", fleet, "--out", tmp_path / "run", *options]) == 2
+        assert_one_line(capsys.readouterr().err, message)
+
+    # evaluate reads the training collection's manifest (its fleet seed, the seeds trained on)
+    checkpoint = load_checkpoint(trained)
+    checkpoint["data"] = str(fleet)
+    torch.save(checkpoint, tmp_path / "checkpoint.pt")
+    assert exit_code_of(evaluate_main, ["--checkpoint", tmp_path / "checkpoint.pt", "--out", tmp_path / "eval"]) == 2
+    assert_one_line(capsys.readouterr().err, message)
+
+
+def test_an_out_that_is_a_file_is_one_line_in_both_training_commands(pick_place_fleet, tmp_path, capsys):
+    file = tmp_path / "notes.txt"
+    file.write_text("mine")
+    message = f"error: --out {file} is a file, not a directory"
+    for main, options in TRAINING:
+        assert exit_code_of(main, ["--data", pick_place_fleet, "--out", file, *options]) == 2
+        assert_one_line(capsys.readouterr().err, message)
+    assert file.read_text() == "mine"

@@ -1,0 +1,34 @@
+"""The fleet store a training command reads (``train/bc.py``, ``train/federated.py``), opened and checked."""
+
+from __future__ import annotations
+
+from collect.manifest import MANIFEST
+from collect.shard import store_name
+from dataset import FleetStore
+from sim.cli import fail, warn
+from train.config import TrainConfig
+from train.federated_config import FederatedConfig
+
+NAMED = 5  # missing stores named in a message; the rest are counted
+
+
+def missing_stores(store: FleetStore) -> str:
+    """The robot stores ``store``'s manifest lists but its directory lacks, as a short phrase."""
+    names = [store_name(robot_id) for robot_id in store.missing_robots]
+    more = f" and {len(names) - NAMED} more" if len(names) > NAMED else ""
+    return f"{len(names)} robot store(s) listed in {store.path / MANIFEST} are missing: {', '.join(names[:NAMED])}{more}"
+
+
+def open_training_store(config: TrainConfig | FederatedConfig, quiet: bool = False) -> FleetStore:
+    """The fleet store at ``config.data``, or a one-line error: it cannot be opened, or robot stores its
+    manifest lists are missing. With ``--allow-missing-robots`` those are a warning (unless ``quiet``)."""
+    try:
+        store = FleetStore.open(config.data)
+    except (FileNotFoundError, ValueError) as error:
+        fail(str(error))
+    if store.missing_robots and not config.allow_missing_robots:
+        fail(f"{missing_stores(store)}; rerun the collect command that made {store.path} to collect them again, "
+             "or pass --allow-missing-robots to train on the rest")
+    if store.missing_robots and not quiet:
+        warn(f"{missing_stores(store)}; training on the other {len(store.robots)} (--allow-missing-robots)")
+    return store
