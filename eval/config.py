@@ -23,6 +23,8 @@ class EvalConfig:
     expert: bool = field(default=False, metadata={"help": "evaluate the scripted expert instead of the policy"})
     compare: bool = field(default=False, metadata={
         "help": "evaluate the policy and the expert on the same robots and seeds"})
+    n_action_steps: int | None = field(default=None, metadata={
+        "help": "actions of each predicted chunk executed before predicting again (default: the checkpoint's)"})
     videos: int = field(default=0, metadata={"help": "episodes recorded as MP4, spread over the sites"})
     batch: int = field(default=16, metadata={"help": "episodes of one robot run in lockstep (one batched policy call)"})
     device: str = field(default="auto", metadata={"help": "policy device on the workers: auto (cuda if present), cpu, cuda"})
@@ -33,6 +35,8 @@ class EvalConfig:
 
     def __post_init__(self):
         check_options(self, ("robots", "episodes", "batch", "workers"), lambda value: value >= 1, "must be at least 1")
+        if self.n_action_steps is not None:
+            check_options(self, ("n_action_steps",), lambda value: value >= 1, "must be at least 1")
         check_options(self, ("robot_offset", "videos"), lambda value: value >= 0, "must be at least 0")
         if self.expert and self.compare:
             raise ValueError("--expert evaluates the expert alone and --compare evaluates both: choose one")

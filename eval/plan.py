@@ -57,7 +57,7 @@ class EvalPlan:
                 [p.robot_id for p in self.robots if p.robot_id not in set(self.training_robots)]}
 
 
-def _load(path: str) -> tuple[str, dict]:
+def _load(path: str, n_action_steps: int | None = None) -> tuple[str, dict]:
     """The checkpoint file and its content; refuses missing, unreadable and incomplete ones.
 
     A run directory (or its checkpoints/) gives its newest intact checkpoint, with a warning
@@ -73,8 +73,13 @@ def _load(path: str) -> tuple[str, dict]:
     else:
         resolved = given.resolve()
         checkpoint = read_checkpoint(resolved)
+    spec = checkpoint["policy_spec"]
+    longest = spec["horizon"] + spec.get("action_start", 0)
+    if n_action_steps is not None and n_action_steps > longest:
+        raise ValueError(f"--n-action-steps {n_action_steps} is longer than the {spec['kind']} policy's chunk "
+                         f"of {longest} actions")
     try:
-        load_policy(resolved)
+        load_policy(resolved, n_action_steps=n_action_steps)
     except Exception as error:  # unknown policy kind, weights that do not fit the spec
         raise ValueError(f"checkpoint {resolved} does not build its policy: {one_line(error)}") from None
     return str(resolved), checkpoint
@@ -154,7 +159,7 @@ def held_out_seeds(fleet_seed: int, robot_id: int, episodes: int, exclude: set[i
 
 def make_plan(config: EvalConfig) -> EvalPlan:
     """Check the checkpoint against the task and env, and settle robots and seeds (see the module docstring)."""
-    checkpoint_path, checkpoint = _load(config.checkpoint) if config.checkpoint else (None, None)
+    checkpoint_path, checkpoint = _load(config.checkpoint, config.n_action_steps) if config.checkpoint else (None, None)
     task, spec = _task(config, checkpoint)
     cameras, image_size = _cameras(checkpoint)
     store = _training_store(checkpoint)
@@ -186,6 +191,7 @@ def make_plan(config: EvalConfig) -> EvalPlan:
         info = {"path": checkpoint_path, "step": checkpoint["step"], "code_version": checkpoint.get("code_version"),
                 "task": checkpoint["task"], "policy": checkpoint["policy_spec"]["kind"],
                 "inputs": checkpoint["policy_spec"].get("inputs", "state"), "data": checkpoint.get("data"),
+                "n_action_steps": config.n_action_steps or checkpoint["policy_spec"]["n_action_steps"],
                 "personal_robots": sorted(checkpoint.get("personal", {}))}
     return EvalPlan(task=task, task_name=spec.name, checkpoint=checkpoint_path, checkpoint_info=info,
                     cameras=cameras, image_size=image_size, fps=fps, fleet_seed=fleet_seed, seeds_from=seeds_from,

@@ -49,6 +49,7 @@ class RobotJob:
     image_size: int | tuple[int, int]
     batch: int
     device: str  # auto, cpu or cuda
+    n_action_steps: int | None = None  # None: the checkpoint's
     videos: tuple[int, ...] = ()  # episode indices recorded as MP4
     video_dir: str | None = None
     fps: int = 20
@@ -61,7 +62,7 @@ class PolicyAgent:
 
     def __init__(self, job: RobotJob, profile: RobotProfile):
         device = job.device if job.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-        policy, _ = load_policy(job.checkpoint, robot_id=profile.robot_id)
+        policy, _ = load_policy(job.checkpoint, robot_id=profile.robot_id, n_action_steps=job.n_action_steps)
         self.policy = policy.to(device)
         self.inputs = list(policy.spec.features)
 

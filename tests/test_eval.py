@@ -173,6 +173,23 @@ def test_envs_in_lockstep_equal_one_episode_at_a_time(checkpoint):
         assert a["sum_reward"] == pytest.approx(b["sum_reward"], abs=1e-5)  # batched matmuls round differently
 
 
+def test_n_action_steps_replaces_the_checkpoints_for_evaluation(checkpoint):
+    def predictions(policy, steps: int = 6) -> int:
+        calls, predict = [], policy.predict_chunk
+        policy.predict_chunk = lambda window: calls.append(1) or predict(window)
+        observation = {name: np.zeros(shape, dtype=np.float32) for name, shape in policy.spec.features.items()}
+        for _ in range(steps):
+            policy.select_action(observation)
+        return len(calls)
+
+    trained = load_policy(checkpoint)[0]
+    assert trained.spec.n_action_steps == 8 and predictions(trained) == 1
+    assert predictions(load_policy(checkpoint, n_action_steps=1)[0]) == 6  # one prediction per step
+    plan = make_plan(EvalConfig(checkpoint=str(checkpoint), robots=1, n_action_steps=2))
+    assert plan.checkpoint_info["n_action_steps"] == 2
+    assert make_plan(EvalConfig(checkpoint=str(checkpoint), robots=1)).checkpoint_info["n_action_steps"] == 8
+
+
 def test_a_robots_personal_weights_are_used_for_that_robot_only(checkpoint, tmp_path):
     content = load_checkpoint(latest_checkpoint(checkpoint))
     head = {key: torch.zeros_like(content["model"][key]) for key in load_policy(checkpoint)[0].head_keys()}
@@ -212,7 +229,9 @@ def _not_a_checkpoint(checkpoint, tmp_path):
     (_other_schema, "schema mismatch: the checkpoint's observation.state has shape [21], the env's [20]"),
     (lambda c, t: [], "--checkpoint is required"),
     (lambda c, t: ["--checkpoint", c, "--episodes", "0"], "--episodes must be at least 1"),
-], ids=["missing", "truncated", "foreign", "wrong-task", "schema", "no-checkpoint", "bad-option"])
+    (lambda c, t: ["--checkpoint", c, "--n-action-steps", "17"],
+     "--n-action-steps 17 is longer than the mlp policy's chunk of 16 actions"),
+], ids=["missing", "truncated", "foreign", "wrong-task", "schema", "no-checkpoint", "bad-option", "long-chunk"])
 def test_bad_checkpoints_and_options_are_refused(checkpoint, tmp_path, capsys, arguments, message):
     out = tmp_path / "eval"
     with pytest.raises(SystemExit) as exit_info:

@@ -5,7 +5,6 @@ import re
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812

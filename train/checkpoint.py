@@ -16,6 +16,8 @@ skipped on resume and by ``evaluate RUN``: ``newest_intact_checkpoint`` walks ba
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import random
 import tempfile
@@ -135,15 +137,20 @@ def load_checkpoint(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def load_policy(path: Path, robot_id: int | None = None) -> tuple[Policy, dict]:
+def load_policy(path: Path, robot_id: int | None = None,
+                n_action_steps: int | None = None) -> tuple[Policy, dict]:
     """The trained policy (in eval mode) and the checkpoint it came from.
 
     A federated checkpoint may carry personal weights (``checkpoint["personal"]``: robot id ->
     the state-dict entries that stay local, such as a head); with ``robot_id`` those replace the
-    shared ones. A robot without personal weights gets the shared policy.
+    shared ones. A robot without personal weights gets the shared policy. ``n_action_steps``
+    replaces the spec's: how many actions of each predicted chunk run before the next prediction.
     """
     checkpoint = load_checkpoint(path)
-    policy = make_policy(PolicySpec(**checkpoint["policy_spec"]), checkpoint["stats"])
+    spec = PolicySpec(**checkpoint["policy_spec"])
+    if n_action_steps is not None:
+        spec = dataclasses.replace(spec, n_action_steps=n_action_steps)
+    policy = make_policy(spec, checkpoint["stats"])
     state = dict(checkpoint["model"])
     if robot_id is not None:
         state.update(checkpoint.get("personal", {}).get(int(robot_id), {}))
