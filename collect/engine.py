@@ -164,10 +164,15 @@ class _Progress:
         self.bar.close()
 
 
-def run_collection(config: CollectConfig) -> CollectionSummary:
-    """Collect every robot's missing episodes into ``config.out``; resumable."""
+def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None = None) -> CollectionSummary:
+    """Collect every robot's missing episodes into ``config.out``; resumable.
+
+    ``robot_episodes`` (robot id -> episodes attempted) limits the work to those robots of the
+    fleet, each with its own count: what ``dataset verify --repair`` recollects.
+    """
     spec = resolve_task(config.task)
     fleet = make_fleet(config.robots, config.seed)
+    targets = robot_episodes or {profile.robot_id: config.episodes for profile in fleet}
     probe = spec.make_env(fleet[0], cameras=config.cameras, image_size=config.image_size)
     features, fps = features_of(probe), int(probe.metadata.get("render_fps", 0))
     probe.close()
@@ -177,16 +182,17 @@ def run_collection(config: CollectConfig) -> CollectionSummary:
     attrs = {"task": spec.name, "env_id": spec.env_id, "fps": fps, "code_version": code_version(),
              "data_config": config.data_config()}
     jobs = [
-        RobotJob(str(out / store_name(p.robot_id)), p.to_dict(), config.task, config.seed, config.episodes,
+        RobotJob(str(out / store_name(p.robot_id)), p.to_dict(), config.task, config.seed, targets[p.robot_id],
                  config.cameras, config.image_size, config.keep_failures, config.flush_frames, attrs)
-        for p in fleet
+        for p in fleet if p.robot_id in targets
     ]
 
     reports: list[RobotReport] = []
     entered = time.perf_counter()
     with dask_client(config, show_dashboard=not config.quiet) as client:
         started = time.perf_counter()
-        progress = _Progress(config.robots * config.episodes, create_output(out, config), config.quiet)
+        settled = {robot_id: count for robot_id, count in create_output(out, config).items() if robot_id in targets}
+        progress = _Progress(sum(targets.values()), settled, config.quiet)
         write_manifest(out, config, spec, features, fps, fleet)
         client.subscribe_topic(PROGRESS_TOPIC, progress.on_event)
         futures = [client.submit(collect_robot_on_worker, job, retries=TASK_RETRIES, pure=False) for job in jobs]

@@ -14,6 +14,9 @@ ReplayBuffer:
 
 Beside it, the hidden ``OUT/.robot_0042.zarr.lock`` is the writer's lock file.
 
+Every chunk carries a crc32c checksum (zarr's ``crc32c`` codec after the compressor), so
+a reader notices a flipped bit, a truncated or an overwritten chunk (``dataset.chunks``).
+
 Chunk keys use zarr's "." separator (``data/action/c.0.0``), so an array's chunks
 sit in its own directory: with the default features a store has 13 directories, not 33.
 
@@ -42,7 +45,7 @@ import numpy as np
 import zarr
 from zarr.api import asynchronous as zarr_async
 from zarr.abc.store import ByteRequest
-from zarr.codecs import BloscCodec, ZstdCodec
+from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
 from zarr.core.array_spec import ArraySpec
 from zarr.core.buffer import Buffer, BufferPrototype
 from zarr.core.sync import sync  # runs a coroutine on zarr's own IO event loop
@@ -54,6 +57,7 @@ IMAGE_FRAMES_PER_CHUNK = 32  # 96x96x3 images: ~0.9 MB chunks before compression
 META_CHUNK = 4096
 META_FIELDS = ("episode_index", "episode_seed", "episode_success", "episode_length")
 CHUNK_KEYS = {"name": "default", "separator": "."}
+META_CODECS = [ZstdCodec(level=0), Crc32cCodec()]  # zarr's default compressor, plus the checksum
 
 
 def store_name(robot_id: int) -> str:
@@ -74,12 +78,14 @@ def storage_dtype(feature: dict) -> np.dtype:
 
 
 def _array_layout(feature: dict) -> dict:
-    """Chunks and compressor for a feature: time-chunked, images with blosc-zstd."""
+    """Chunks and codecs for a feature: time-chunked, images with blosc-zstd, every chunk checksummed."""
     shape = tuple(feature["shape"])
     if feature["dtype"] in ("image", "video"):
         codec = BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")
-        return {"chunks": (IMAGE_FRAMES_PER_CHUNK, *shape), "compressors": codec, "chunk_key_encoding": CHUNK_KEYS}
-    return {"chunks": (FRAMES_PER_CHUNK, *shape), "compressors": ZstdCodec(level=3), "chunk_key_encoding": CHUNK_KEYS}
+        return {"chunks": (IMAGE_FRAMES_PER_CHUNK, *shape), "compressors": [codec, Crc32cCodec()],
+                "chunk_key_encoding": CHUNK_KEYS}
+    return {"chunks": (FRAMES_PER_CHUNK, *shape), "compressors": [ZstdCodec(level=3), Crc32cCodec()],
+            "chunk_key_encoding": CHUNK_KEYS}
 
 
 class InlineLocalStore(zarr.storage.LocalStore):
@@ -250,8 +256,12 @@ class ShardWriter:
                 "episode_success": np.array([e.success for e in episodes], dtype=bool),
                 "episode_length": lengths,
             }
-            sync(_append_each([*((self.data[n], v) for n, v in columns.items()),
-                                *((self.meta[n], v) for n, v in meta_columns.items())]))
+            try:
+                sync(_append_each([*((self.data[n], v) for n, v in columns.items()),
+                                    *((self.meta[n], v) for n, v in meta_columns.items())]))
+            except (ValueError, RuntimeError) as error:  # appending decodes the last partial chunk: damaged
+                raise ValueError(f"{self.path.name} cannot be appended to, a chunk in it is damaged ({error}); "
+                                 f"run `dataset verify {self.path.parent} --repair` first") from None
         if failed_indices:
             self.failed = sorted({*self.failed, *failed_indices})
             self.root = sync(self.root.update_attributes({"failed_episodes": self.failed}))
@@ -283,9 +293,9 @@ async def _build_skeleton(store: zarr.abc.store.Store, features: dict[str, dict]
         *(data.create_array(name, shape=(0, *feature["shape"]), dtype=storage_dtype(feature), **_array_layout(feature))
           for name, feature in features.items()),
         meta.create_array("episode_ends", shape=(0,), chunks=(META_CHUNK,), dtype="int64", fill_value=0,
-                          chunk_key_encoding=CHUNK_KEYS),
+                          compressors=META_CODECS, chunk_key_encoding=CHUNK_KEYS),
         *(meta.create_array(name, shape=(0,), chunks=(META_CHUNK,), dtype="bool" if name == "episode_success" else "int64",
-                            chunk_key_encoding=CHUNK_KEYS)
+                            compressors=META_CODECS, chunk_key_encoding=CHUNK_KEYS)
           for name in META_FIELDS),
     )
 

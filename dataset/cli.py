@@ -2,6 +2,7 @@
 
     dataset info data/fleet                      what is in it, per site and per robot
     dataset verify data/fleet                    check every shard; exit 1 on corruption
+    dataset verify data/fleet --repair           ... and recollect the damaged robots from their seeds
     dataset stats data/fleet                     normalisation statistics (cached in stats.json)
     dataset export-lerobot data/fleet data/lerobot_fleet
     dataset import-lerobot data/lerobot_fleet data/imported
@@ -10,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +42,8 @@ class VerifyConfig:
 
     store: str = field(metadata=STORE)
     quick: bool = field(default=False, metadata={"help": "check structure and metadata only, not every chunk"})
+    repair: bool = field(default=False, metadata={"help": "recollect the damaged robots' episodes from their seeds"})
+    workers: int = field(default=os.cpu_count() or 1, metadata={"help": "local worker processes for --repair"})
 
 
 @dataclass
@@ -121,12 +125,31 @@ def verify(config: VerifyConfig) -> None:
     from dataset.verify import verify_store
 
     store = _open(config.store)
-    problems = verify_store(store, check_data=not config.quick, progress=True)
-    for problem in problems:
+    found = verify_store(store, check_data=not config.quick, progress=True)
+    for problem in found:
         print(problem)
+    problems = [problem for problem in found if not problem.note]
+    if problems and config.repair:
+        problems = repair(store.path, config.workers, found)
+        store = _open(config.store)
     if problems:
         fail(f"{len(problems)} problem(s) in {store.path}", code=CORRUPT_EXIT)
     print(f"{store.path}: {len(store.robots)} shards, {store.num_episodes} episodes, {store.num_frames} frames: OK")
+
+
+def repair(path: Path, workers: int, found: list) -> list:
+    """Recollect the damaged robots (``found``: verify's findings); the problems that remain."""
+    from dataset.repair import repair_store  # imports the collect engine (dask distributed) only when asked
+
+    try:
+        report = repair_store(path, workers=workers, problems=found)
+    except ValueError as error:
+        fail(str(error))
+    print(f"repaired: recollected robots {', '.join(map(str, report.robots))} ({report.episodes} episodes) "
+          "from their seeds")
+    for problem in report.remaining:
+        print(problem)
+    return report.remaining
 
 
 def stats(config: StatsConfig) -> None:

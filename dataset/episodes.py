@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dataset.chunks import read_rows
 from dataset.fleet_store import FleetStore
 
 
@@ -59,9 +60,8 @@ def select_episodes(
             if (robots is not None and robot_id not in robots) or (sites is not None and site not in sites) \
                     or (tasks is not None and task not in tasks) or shard.num_episodes == 0:
                 continue
-            meta = shard.group["meta"]
-            seeds = meta["episode_seed"][: shard.num_episodes]
-            successes = meta["episode_success"][: shard.num_episodes]
+            seeds = read_rows(shard, "meta/episode_seed", 0, shard.num_episodes)
+            successes = read_rows(shard, "meta/episode_success", 0, shard.num_episodes)
             starts = np.concatenate([[0], shard.episode_ends[:-1]])
             for index, (start, end) in enumerate(zip(starts, shard.episode_ends)):
                 if success is None or bool(successes[index]) == success:

@@ -15,6 +15,7 @@ import zarr
 
 from collect.manifest import MANIFEST, read_manifest
 from collect.shard import committed_count
+from dataset.chunks import decode_failure, read_rows
 from sim.fleet import RobotProfile
 
 
@@ -39,6 +40,11 @@ class Shard:
     def episode_of(self, frame: int) -> int:
         """Position of the committed episode that holds shard frame ``frame``."""
         return int(np.searchsorted(self.episode_ends, frame, side="right"))
+
+    def episodes_in(self, start: int, stop: int) -> range:
+        """Positions of the committed episodes that have frames in ``[start, stop)``."""
+        first, last = np.searchsorted(self.episode_ends, [start, stop - 1], "right")
+        return range(int(first), int(last) + 1)
 
     def bounds(self, index: int) -> tuple[int, int]:
         if not 0 <= index < self.num_episodes:
@@ -77,9 +83,9 @@ class FleetStore:
             try:
                 ends = group["meta/episode_ends"][:]
                 shards[robot_id] = Shard(robot_id, store_path, group, ends[: committed_count(ends)])
-            except Exception as error:  # a corrupt chunk: decoding raises RuntimeError or ValueError
+            except Exception as error:  # a damaged chunk: its checksum or its decoding fails
                 shards[robot_id] = Shard(robot_id, store_path, group, np.zeros(0, dtype=np.int64),
-                                         unreadable=f"meta/episode_ends cannot be read ({error})")
+                                         unreadable=f"meta/episode_ends is damaged: {decode_failure(error)}")
         if manifest is None and not shards:
             raise FileNotFoundError(f"no fleet store at {path}: it has neither {MANIFEST} nor robot_NNNN.zarr stores")
         return cls(path, manifest, shards)
@@ -94,6 +100,17 @@ class FleetStore:
         """Robots the manifest lists whose store is not on disk (deleted since it was written)."""
         listed = (self.manifest or {}).get("robots", {})
         return sorted(int(robot_id) for robot_id in listed if int(robot_id) not in self.shards)
+
+    @property
+    def short_robots(self) -> list[int]:
+        """Robots whose store shows fewer committed episodes than the manifest records.
+
+        Committed episodes are never removed, so this is damage: ``episode_ends`` that cannot
+        be read, or whose chunk was deleted (zarr reads it as zeros, which commit nothing).
+        """
+        listed = (self.manifest or {}).get("robots", {})
+        return [robot_id for robot_id, shard in self.shards.items()
+                if shard.num_episodes < listed.get(str(robot_id), {}).get("episodes", 0)]
 
     @property
     def num_episodes(self) -> int:
@@ -129,7 +146,7 @@ class FleetStore:
         """Every feature of one committed episode, as arrays stacked in time."""
         shard = self._shard(robot_id)
         start, end = shard.bounds(index)
-        return {name: array[start:end] for name, array in shard.group["data"].arrays()}
+        return {name: read_rows(shard, f"data/{name}", start, end) for name in shard.group["data"].array_keys()}
 
     def episode_info(self, robot_id: int, index: int) -> dict:
         """Seed, success, attempt index and length of one committed episode."""
@@ -144,11 +161,12 @@ class FleetStore:
         }
 
     # ----- checking -----------------------------------------------------------------------------
-    def verify(self, check_data: bool = True) -> list:
+    def verify(self, check_data: bool = True, notes: bool = False) -> list:
         """Problems found in the store (``dataset.verify.Problem``), each naming its shard; empty when all is well.
 
-        ``check_data=False`` checks structure, metadata and chunk presence only. See ``dataset.verify``.
+        ``check_data=False`` checks structure, metadata and chunk presence only; ``notes=True``
+        adds what is not damage (arrays without checksums, bounds left unchecked). See ``dataset.verify``.
         """
         from dataset.verify import verify_store  # imports dask only when a store is checked
 
-        return verify_store(self, check_data=check_data)
+        return [problem for problem in verify_store(self, check_data=check_data) if notes or not problem.note]

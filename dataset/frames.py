@@ -2,8 +2,9 @@
 
 Both sources number the frames of the shards they serve in one global index (shard
 after shard, in the order given) and answer ``gather(feature, global_indices)`` with
-the rows of that feature, in the requested order. Both refuse NaN or inf with a
-``DataError`` naming the shard and the episode, so a model never trains on them.
+the rows of that feature, in the requested order. Both refuse NaN or inf, and chunks
+that are missing or fail their checksum, with a ``DataError`` naming the shard and the
+episode, so a model never trains on them.
 """
 
 from __future__ import annotations
@@ -14,13 +15,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from collect.shard import run_concurrently
+from dataset.chunks import DataError, check_present, damage_error, read_rows
 from dataset.fleet_store import Shard
 
 DEFAULT_CACHE_BYTES = 256 * 2**20
-
-
-class DataError(ValueError):
-    """The data on disk cannot be trained on (NaN or inf, an unreadable chunk)."""
 
 
 def check_finite(values: np.ndarray, shard: Shard, feature: str, first_frame: int) -> None:
@@ -39,6 +37,8 @@ class _FrameSource:
 
     def __init__(self, shards: Sequence[Shard], features: Sequence[str]):
         self.shards, self.features = list(shards), list(features)
+        for shard in self.shards:
+            check_present(shard, [f"data/{feature}" for feature in self.features])
         self.offsets = np.cumsum([0] + [shard.num_frames for shard in self.shards])
 
     def global_index(self, shard_position: int, frame: int) -> int:
@@ -61,7 +61,7 @@ class InMemoryFrames(_FrameSource):
         for feature in self.features:
             parts = []
             for shard in self.shards:
-                part = shard.group[f"data/{feature}"][: shard.num_frames]
+                part = read_rows(shard, f"data/{feature}", 0, shard.num_frames)
                 check_finite(part, shard, feature, 0)
                 parts.append(part)
             self.arrays[feature] = np.concatenate(parts)
@@ -112,7 +112,11 @@ class StreamingFrames(_FrameSource):
             shard, start = self.shards[shard_position], chunk * self.chunk_frames[feature]
             stop = min(start + self.chunk_frames[feature], shard.num_frames)
             reads.append(shard.group[f"data/{feature}"].async_array.getitem(slice(start, stop)))
-        for (shard_position, chunk), values in zip(missing, run_concurrently(reads) if reads else []):
+        for (shard_position, chunk), values in zip(missing, run_concurrently(reads, return_exceptions=True)):
+            if isinstance(values, Exception):
+                shard, start = self.shards[shard_position], chunk * self.chunk_frames[feature]
+                stop = min(start + self.chunk_frames[feature], shard.num_frames)
+                raise damage_error(shard, f"data/{feature}", start, stop, values)
             check_finite(values, self.shards[shard_position], feature, chunk * self.chunk_frames[feature])
             self._cache[(feature, shard_position, chunk)] = values
             self.cached_bytes += values.nbytes

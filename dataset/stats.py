@@ -10,6 +10,8 @@ parallel. Quantiles are exact: vector features are regrouped into one column per
 dimension, and uint8 images are reduced to per-channel 256-bin histograms, from
 which every image statistic follows exactly.
 
+A missing chunk or one that fails its checksum is a ``DataError`` naming it (``dataset.chunks``).
+
 The result is cached in ``OUT/stats.json`` with a fingerprint of each shard's
 committed data (episode and frame counts, and the time its ``episode_ends`` last
 changed); a store that has changed since gets fresh statistics.
@@ -25,6 +27,7 @@ import dask.array as da
 import numpy as np
 
 from collect.manifest import write_json_atomic
+from dataset.chunks import check_present, read_rows
 from dataset.fleet_store import FleetStore
 from sim.cli import code_version
 
@@ -86,6 +89,9 @@ def compute_stats(store: FleetStore) -> dict[str, dict[str, np.ndarray]]:
     """Statistics of every feature over all committed frames, reduced in parallel by dask."""
     if store.num_frames == 0:
         raise ValueError(f"{store.path} has no committed frames to compute statistics from")
+    paths = [f"data/{name}" for name in store.features]
+    for shard in store.shards.values():
+        check_present(shard, paths)
     lazy, histograms = {}, {}
     for name, feature in store.features.items():
         x = _feature_array(store, name)
@@ -94,7 +100,13 @@ def compute_stats(store: FleetStore) -> dict[str, dict[str, np.ndarray]]:
             histograms[name] = dask.delayed(sum)(blocks)
         else:
             lazy[name] = _vector_stats(x)
-    lazy, histograms = dask.compute(lazy, histograms)
+    try:
+        lazy, histograms = dask.compute(lazy, histograms)
+    except Exception:  # a chunk that fails its checksum or its decoding: find it, to name it
+        for shard in store.shards.values():
+            for path in paths:
+                read_rows(shard, path, 0, shard.num_frames)
+        raise
     stats = {name: {k: np.asarray(v, dtype=np.float32) for k, v in values.items()} for name, values in lazy.items()}
     stats.update({name: {k: v.astype(np.float32) for k, v in _image_stats(h).items()} for name, h in histograms.items()})
     return stats

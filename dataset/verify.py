@@ -7,19 +7,22 @@
 2. **chunk presence**: every chunk key that the committed range needs exists. zarr reads a
    missing chunk as its fill value without complaint, so this is the only way to notice one;
 3. **decoding**: every chunk of the meta arrays, and (with ``check_data``) of the data arrays,
-   over the committed range is read; a chunk that fails to decode is reported with the
-   episodes whose frames it holds. Float data is checked for NaN and inf;
+   over the committed range is read; a chunk that fails its crc32c checksum or fails to
+   decode is reported with the episodes whose frames it holds. Float data is checked for
+   NaN and inf, and against the bounds its task's env declares (the action space, the
+   observation spaces: joint limits, the world extent);
 4. **structure**: ``episode_ends`` against ``episode_length``, the meta and data array
    lengths, duplicate ``episode_index`` entries, and the manifest's per-robot counts
    (committed episodes are never removed, so a shard may not hold fewer than it records).
 
 Only the committed range is checked, so a store that ``collect`` is still writing verifies clean.
+Notes are not damage: a store written before chunks carried checksums, bounds that could not
+be checked.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator
@@ -31,7 +34,10 @@ from zarr.core.sync import sync  # runs a coroutine on zarr's own IO event loop
 
 from collect.manifest import MANIFEST
 from collect.shard import META_FIELDS, SCHEMA_VERSION, committed_count, run_concurrently, storage_dtype, store_name
-from sim.cli import progress_bar
+from dataset.chunks import chunk_rows, decode_failure, has_checksums, list_keys, may_be_absent, rows_label
+from sim.cli import one_line, progress_bar
+from sim.fleet import RobotProfile
+from sim.tasks import resolve_task
 
 if TYPE_CHECKING:
     import zarr
@@ -49,11 +55,34 @@ class Problem:
     shard: str | None
     episode: int | None
     message: str
+    note: bool = False  # something to know that is not damage (a store without checksums)
 
     def __str__(self) -> str:
         where = " ".join(part for part in (self.shard, None if self.episode is None else f"episode {self.episode}")
                          if part)
-        return f"{where}: {self.message}" if where else self.message
+        text = f"{where}: {self.message}" if where else self.message
+        return f"note: {text}" if self.note else text
+
+
+Bounds = dict[str, tuple[np.ndarray, np.ndarray]]  # feature -> (low, high) per dimension
+
+
+def declared_bounds(store: FleetStore) -> tuple[Bounds, list[Problem]]:
+    """The float features' bounds from the spaces of the store's task env, and a note where there are none."""
+    manifest = store.manifest or {}
+    task = manifest.get("data_config", {}).get("task") or (manifest.get("task") or {}).get("name")
+    if task is None or not store.shards:
+        return {}, []
+    try:
+        shard = next(iter(store.shards.values()))
+        env = resolve_task(task).make_env(RobotProfile.from_dict(dict(shard.group.attrs["profile"])))
+    except Exception as error:  # a plug-in module that is not importable, an env that cannot be made
+        return {}, [Problem(None, None, f"values not checked against bounds: cannot make task {task!r}'s env "
+                                        f"({one_line(error)})", note=True)]
+    spaces = {**env.observation_space.spaces, "action": env.action_space}
+    env.close()
+    return {name: (space.low.ravel(), space.high.ravel()) for name, space in spaces.items()
+            if np.issubdtype(space.dtype, np.floating)}, []
 
 
 def verify_store(store: FleetStore, check_data: bool = True, progress: bool = False) -> list[Problem]:
@@ -64,23 +93,24 @@ def verify_store(store: FleetStore, check_data: bool = True, progress: bool = Fa
     the one dask's config names (``dask.config.set(scheduler=...)``, a distributed ``Client``);
     ``progress=True`` shows a tqdm bar of shards.
     """
-    problems = []
+    bounds, problems = declared_bounds(store)
     if store.manifest is None:
         problems.append(Problem(None, None, f"{store.path}: no {MANIFEST}"))
     for robot_id in store.missing_robots:
         problems.append(Problem(store_name(robot_id), None, f"listed in {MANIFEST} but missing"))
-    tasks = [dask.delayed(verify_shard, pure=False)(shard, store.manifest, check_data)
+    tasks = [dask.delayed(verify_shard, pure=False)(shard, store.manifest, check_data, bounds)
              for shard in store.shards.values()]
     with TqdmCallback(desc="verify", unit="shard", tqdm_class=progress_bar) if progress else contextlib.nullcontext():
         per_shard = dask.compute(*tasks, scheduler=dask.config.get("scheduler", "threads"))
     return problems + [problem for shard_problems in per_shard for problem in shard_problems]
 
 
-def verify_shard(shard: Shard, manifest: dict | None = None, check_data: bool = True) -> list[Problem]:
+def verify_shard(shard: Shard, manifest: dict | None = None, check_data: bool = True,
+                 bounds: Bounds | None = None) -> list[Problem]:
     """The problems of one shard (its committed episodes as seen when the store was opened)."""
     if shard.unreadable:
         return [Problem(shard.path.name, None, shard.unreadable)]
-    check = _ShardCheck(shard)
+    check = _ShardCheck(shard, bounds or {})
     check.attributes(manifest)
     check.chunks(check_data)
     check.structure(manifest)
@@ -90,21 +120,16 @@ def verify_shard(shard: Shard, manifest: dict | None = None, check_data: bool = 
 class _ShardCheck:
     """The checks of one shard, collecting their problems in ``self.problems``."""
 
-    def __init__(self, shard: Shard):
-        self.shard, self.group, self.ends = shard, shard.group, shard.episode_ends
+    def __init__(self, shard: Shard, bounds: Bounds):
+        self.shard, self.group, self.ends, self.bounds = shard, shard.group, shard.episode_ends, bounds
         self.data = dict(self.group["data"].arrays())
         self.meta = dict(self.group["meta"].arrays())
         self.meta_values: dict[str, np.ndarray] = {}  # committed entries of the meta arrays that decoded
         self.problems: list[Problem] = []
 
-    def report(self, message: str, episodes=(None,)) -> None:
+    def report(self, message: str, episodes=(None,), note: bool = False) -> None:
         name = self.shard.path.name
-        self.problems.extend(Problem(name, None if e is None else int(e), message) for e in episodes)
-
-    def episodes_of(self, start: int, stop: int) -> range:
-        """Positions of the committed episodes that have frames in ``[start, stop)``."""
-        first, last = np.searchsorted(self.ends, [start, stop - 1], "right")
-        return range(int(first), int(last) + 1)
+        self.problems.extend(Problem(name, None if e is None else int(e), message, note) for e in episodes)
 
     def attributes(self, manifest: dict | None) -> None:
         """Schema version, required attrs, and the declared features against the arrays and the manifest."""
@@ -131,13 +156,18 @@ class _ShardCheck:
 
     def chunks(self, check_data: bool) -> None:
         """Chunk presence everywhere; decoding of the meta arrays, and of the data arrays if asked."""
-        keys = set(sync(_list_keys(self.group.store)))
+        keys = set(sync(list_keys(self.group.store)))
+        unchecked = [path for path, array, _, _ in self.arrays() if not has_checksums(array)]
+        if unchecked:
+            self.report(f"{len(unchecked)} arrays ({', '.join(unchecked[:3])}{', ...' if len(unchecked) > 3 else ''}) "
+                        "have no checksums (written before chunks carried crc32c): damage that still decodes "
+                        "goes unnoticed", note=True)
         for path, array, length, episodes_of in self.arrays():
             present = []
-            for start, stop, chunk_keys in _chunk_rows(array, length):
+            for start, stop, chunk_keys in chunk_rows(array, length):
                 missing = [key for key in chunk_keys if f"{path}/{key}" not in keys]
-                if missing and not _may_be_absent(path, episodes_of(start, stop)):
-                    self.report(f"{path} chunk {', '.join(missing)} ({_rows(path, start, stop)}) is missing",
+                if missing and not may_be_absent(path, episodes_of(start, stop)):
+                    self.report(f"{path} chunk {', '.join(missing)} ({rows_label(path, start, stop)}) is missing",
                                 episodes_of(start, stop))
                 else:
                     present.append((start, stop, chunk_keys))
@@ -146,12 +176,14 @@ class _ShardCheck:
             decoded, reported = [], set()
             for (start, stop, chunk_keys), values in zip(present, _read_rows(array, present)):
                 if isinstance(values, Exception):  # a codec's error for a truncated or garbled chunk
-                    self.report(f"{path} chunk {', '.join(chunk_keys)} ({_rows(path, start, stop)}) cannot be "
-                                f"decoded: {type(values).__name__}: {values}", episodes_of(start, stop))
+                    self.report(f"{path} chunk {', '.join(chunk_keys)} ({rows_label(path, start, stop)}) is damaged: "
+                                f"{decode_failure(values)}", episodes_of(start, stop))
                 elif path.startswith("meta/"):
                     decoded.append(values)
                 elif values.dtype.kind == "f":
                     self.nonfinite(path, start, values, reported)
+                    if path[len("data/"):] in self.bounds:
+                        self.out_of_bounds(path, start, values, reported)
             if sum(map(len, decoded)) == length > 0:  # a meta array read whole: structure() may use it
                 self.meta_values[path] = np.concatenate(decoded)
 
@@ -164,20 +196,37 @@ class _ShardCheck:
                 first = int(self.ends[episode - 1]) if episode else 0
                 self.report(f"{path} has NaN or inf at frame {frame - first} (shard frame {frame})", [episode])
 
+    def out_of_bounds(self, path: str, start: int, values: np.ndarray, reported: set[int]) -> None:
+        """Report the first value outside its declared bounds in each episode in ``values`` once."""
+        name = path[len("data/"):]
+        low, high = self.bounds[name]
+        flat = values.reshape(len(values), -1)
+        with np.errstate(invalid="ignore"):  # NaN compares False: nonfinite() reports it
+            outside = (flat < low) | (flat > high)
+        for frame, dim in zip(*np.nonzero(outside)):
+            episode = self.shard.episode_of(start + frame)
+            if episode not in reported:
+                reported.add(episode)
+                names = (self.group.attrs["features"].get(name) or {}).get("names") or []
+                label = names[dim] if dim < len(names) else str(dim)
+                self.report(f"{path} {label} = {flat[frame, dim]:.4g} at shard frame {start + frame} is outside its "
+                            f"declared bounds [{low[dim]:.4g}, {high[dim]:.4g}]", [episode])
+
     def arrays(self) -> Iterator[tuple[str, zarr.Array, int, Callable[[int, int], range]]]:
         """``(path, array, committed rows, episodes of rows [start, stop))`` for every meta and data array."""
         count, frames = self.shard.num_episodes, self.shard.num_frames
         for name, array in self.meta.items():
             yield f"meta/{name}", array, min(count, array.shape[0]), range
         for name, array in self.data.items():
-            yield f"data/{name}", array, min(frames, array.shape[0]), self.episodes_of
+            yield f"data/{name}", array, min(frames, array.shape[0]), self.shard.episodes_in
 
     def structure(self, manifest: dict | None) -> None:
         """Counts and lengths against episode_ends and the manifest; lengths and indices against each other."""
         count, frames = self.shard.num_episodes, self.shard.num_frames
         recorded = (manifest or {}).get("robots", {}).get(str(self.shard.robot_id), {}).get("episodes", 0)
         if recorded > count:
-            self.report(f"{MANIFEST} records {recorded} committed episodes, the shard has {count}")
+            self.report(f"{MANIFEST} records {recorded} committed episodes, the shard has {count}: "
+                        "its meta/episode_ends are damaged")
         with contextlib.suppress(Exception):  # chunks() reported a committed chunk that fails to decode
             stored = self.meta["episode_ends"][:]  # a fresh read: the writer may have committed more
             valid = committed_count(stored)
@@ -203,19 +252,6 @@ class _ShardCheck:
                     self.report(f"episode_index {index} is committed twice (also episode {first[index]})", [episode])
 
 
-def _chunk_rows(array: zarr.Array, length: int) -> Iterator[tuple[int, int, list[str]]]:
-    """``(start, stop, keys)`` for each row of chunks along axis 0 up to ``length``; keys as in ``path/c.0.0``."""
-    rows = array.chunks[0]
-    across = [range(math.ceil(size / chunk)) for size, chunk in zip(array.shape[1:], array.chunks[1:])]
-    for row in range(math.ceil(length / rows)):
-        keys = [array.metadata.encode_chunk_key((row, *rest)) for rest in itertools.product(*across)]
-        yield row * rows, min(length, (row + 1) * rows), keys
-
-
-def _rows(path: str, start: int, stop: int) -> str:
-    return f"{'frames' if path.startswith('data/') else 'episodes'} {start}-{stop - 1}"
-
-
 def _read_rows(array: zarr.Array, rows: list[tuple[int, int, list[str]]]) -> Iterator[np.ndarray | Exception]:
     """Each row of chunks decoded, or the exception decoding it raised.
 
@@ -229,22 +265,3 @@ def _read_rows(array: zarr.Array, rows: list[tuple[int, int, list[str]]]) -> Ite
         yield from run_concurrently((array.async_array.getitem(slice(start, stop)) for start, stop, _ in batch),
                                     return_exceptions=True)
 
-
-def _may_be_absent(path: str, episodes: range) -> bool:
-    """Whether a chunk may be missing because all its values equal the fill value.
-
-    zarr's default writer leaves such chunks out (``write_empty_chunks`` is off by default;
-    collect turns it on, but a shard may be rewritten by other zarr code), so a missing
-    chunk is only damage where zeros are impossible: observations and actions (continuous
-    signals and images), episode ends, lengths and seeds, and the attempt indices of two or
-    more episodes (they are distinct). A lone episode's index may be 0; step signals
-    (``next.*``) and success flags may all be 0 or False (failed episodes kept).
-    """
-    kind, name = path.split("/", 1)
-    if kind == "data":
-        return not (name == "action" or name.startswith("observation."))
-    return name == "episode_success" or (name == "episode_index" and len(episodes) == 1)
-
-
-async def _list_keys(store) -> list[str]:
-    return [key async for key in store.list()]

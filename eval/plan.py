@@ -17,10 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from collect.schema import features_of
 from dataset import FleetStore
+from dataset.chunks import DataError, read_rows
 from eval.config import EvalConfig
 from sim.cli import one_line
 from sim.fleet import RobotProfile, episode_seed, make_robot
@@ -139,11 +138,14 @@ def _training_store(checkpoint: dict | None) -> FleetStore | None:
 
 
 def trained_seeds(store: FleetStore, robot_id: int) -> set[int]:
-    """The episode seeds of one robot's committed training episodes."""
+    """The episode seeds of one robot's committed training episodes; damage there is a ``DataError``."""
     shard = store.shards.get(robot_id)
+    if shard is not None and shard.unreadable:
+        raise DataError(f"the training collection's {shard.path.name}: {shard.unreadable}; "
+                        f"run `dataset verify {store.path} --repair`")
     if shard is None or not shard.num_episodes:
         return set()
-    return set(np.asarray(shard.group["meta/episode_seed"][: shard.num_episodes]).tolist())
+    return set(read_rows(shard, "meta/episode_seed", 0, shard.num_episodes).tolist())
 
 
 def held_out_seeds(fleet_seed: int, robot_id: int, episodes: int, exclude: set[int] = frozenset()) -> list[int]:

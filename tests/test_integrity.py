@@ -17,6 +17,7 @@ from eval.cli import main as evaluate_main
 from train.bc import main as bc_main
 from train.checkpoint import checkpoint_dir, load_checkpoint
 from train.federated import main as federated_main
+from fault_helpers import assert_one_line, exit_code_of, flip_byte, truncate
 from train_helpers import QUICK, train
 
 TRAINING = ((bc_main, QUICK), (federated_main, []))  # each training command's main, with options for a tiny fleet
@@ -43,27 +44,8 @@ def fleet(pick_place_fleet, tmp_path):
     return shutil.copytree(pick_place_fleet, tmp_path / "fleet")
 
 
-def exit_code_of(main, arguments) -> int:
-    """Run a command's ``main`` in this process; the code it exits with."""
-    with pytest.raises(SystemExit) as exit_info:
-        main([*map(str, arguments)])
-    return exit_info.value.code
-
-
-def truncate(path) -> None:
-    """Cut a file to half its size, as a full disk or an interrupted copy leaves it."""
-    content = path.read_bytes()
-    path.write_bytes(content[: len(content) // 2])
-
-
 def step_file(run, step: int):
     return checkpoint_dir(run) / f"step_{step:08d}.pt"
-
-
-def assert_one_line(stderr: str, *fragments: str) -> None:
-    assert stderr.strip().count("\n") == 0, stderr
-    for fragment in fragments:
-        assert fragment in stderr, stderr
 
 
 # ----- checkpoints ----------------------------------------------------------------------------------------
@@ -133,6 +115,16 @@ def test_a_corrupt_manifest_is_one_line_naming_it_in_every_command(fleet, traine
     torch.save(checkpoint, tmp_path / "checkpoint.pt")
     assert exit_code_of(evaluate_main, ["--checkpoint", tmp_path / "checkpoint.pt", "--out", tmp_path / "eval"]) == 2
     assert_one_line(capsys.readouterr().err, message)
+
+
+def test_evaluate_stops_when_the_training_collections_episode_ends_are_damaged(fleet, trained, tmp_path, capsys):
+    flip_byte(fleet / "robot_0001.zarr" / "meta" / "episode_ends" / "c.0")
+    checkpoint = load_checkpoint(trained)
+    checkpoint["data"] = str(fleet)  # its held-out seeds are checked against this robot's training seeds
+    torch.save(checkpoint, tmp_path / "checkpoint.pt")
+    assert exit_code_of(evaluate_main, ["--checkpoint", tmp_path / "checkpoint.pt", "--out", tmp_path / "eval"]) == 2
+    assert_one_line(capsys.readouterr().err, "robot_0001.zarr: meta/episode_ends is damaged",
+                    f"dataset verify {fleet} --repair")
 
 
 def test_an_out_that_is_a_file_is_one_line_in_both_training_commands(pick_place_fleet, tmp_path, capsys):

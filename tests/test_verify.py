@@ -20,7 +20,8 @@ def copy(pick_place_fleet, tmp_path):
 
 
 def problems(path, **options) -> list[Problem]:
-    return verify_store(FleetStore.open(path), **options)
+    """The damage found (notes, such as an array rewritten here without checksums, left out)."""
+    return [problem for problem in verify_store(FleetStore.open(path), **options) if not problem.note]
 
 
 def where(found: list[Problem]) -> set[tuple]:
@@ -52,7 +53,7 @@ def test_an_undecodable_chunk_names_the_episodes_it_holds(copy, damage, array):
     chunk.write_bytes(damaged[damage])
     found = problems(copy)
     assert where(found) == {("robot_0001.zarr", episode) for episode in range(3)}  # one chunk holds all 3 episodes
-    assert all(array in problem.message and "cannot be decoded" in problem.message for problem in found)
+    assert all(array in problem.message and "is damaged" in problem.message for problem in found)
     if array.startswith("data"):
         assert problems(copy, check_data=False) == []  # structure only: chunk contents are not read
 
@@ -165,4 +166,4 @@ def test_a_corrupt_episode_ends_chunk_is_reported_not_raised(copy):
     store = FleetStore.open(copy)  # opening still works: the shard just shows no episodes
     assert store.num_episodes_of(1) == 0
     [problem] = problems(copy)
-    assert problem.shard == "robot_0001.zarr" and "episode_ends cannot be read" in problem.message
+    assert problem.shard == "robot_0001.zarr" and "episode_ends is damaged" in problem.message

@@ -11,7 +11,7 @@ import zarr
 from collect_helpers import run_collect
 from dataset import FleetStore
 from dataset.episodes import select_episodes, split_episodes
-from dataset.frames import DataError
+from dataset.chunks import DataError
 from dataset.windows import FleetWindowDataset, WindowSpec
 from sim.fleet import make_robot
 

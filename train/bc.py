@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from collect.manifest import write_json_atomic
+from dataset.chunks import DataError, data_error_line
 from dataset.episodes import select_episodes, split_episodes
 from dataset.loader import make_dataloader
 from dataset.stats import fleet_stats
@@ -88,13 +89,19 @@ def run_training(config: TrainConfig) -> None:
 
     # ----- data ----------------------------------------------------------------------------------------
     store = open_training_store(config, quiet=not master)
-    if master:
-        stats = fleet_stats(store)  # rank 0 computes (and caches) first; the others then read the cache
-    if ddp:
-        dist.barrier()
-    if not master:
-        stats = fleet_stats(store)
-    episodes = select_episodes(store, robots=config.robots or None, sites=config.sites or None)
+    try:
+        if master:
+            stats = fleet_stats(store)  # rank 0 computes (and caches) first; the others then read the cache
+        if ddp:
+            dist.barrier()
+        if not master:
+            stats = fleet_stats(store)
+    except DataError as error:
+        fail(str(error))
+    try:
+        episodes = select_episodes(store, robots=config.robots or None, sites=config.sites or None)
+    except DataError as error:
+        fail(str(error))
     train_episodes, val_episodes = split_episodes(episodes, config.val_fraction, seed=config.seed)
     if not train_episodes:
         fail(f"no successful episodes in {config.data} match --robots {config.robots} --sites {config.sites}")
@@ -227,6 +234,8 @@ def run_training(config: TrainConfig) -> None:
             except StopIteration:  # an epoch ends: the next pass reshuffles (set_epoch)
                 batches = iter(train_loader)
                 batch = next(batches)
+            except DataError as error:  # a chunk that streaming mode found damaged or missing
+                fail(data_error_line(error))
             batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
             timer.fetch_done()
             # Gradients are all-reduced once per step: on the last micro-step, not on the ones before.

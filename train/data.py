@@ -20,8 +20,9 @@ def missing_stores(store: FleetStore) -> str:
 
 
 def open_training_store(config: TrainConfig | FederatedConfig, quiet: bool = False) -> FleetStore:
-    """The fleet store at ``config.data``, or a one-line error: it cannot be opened, or robot stores its
-    manifest lists are missing. With ``--allow-missing-robots`` those are a warning (unless ``quiet``)."""
+    """The fleet store at ``config.data``, or a one-line error: it cannot be opened, a robot store's
+    episode_ends are damaged, or robot stores its manifest lists are missing. With
+    ``--allow-missing-robots`` the missing ones are a warning (unless ``quiet``)."""
     try:
         store = FleetStore.open(config.data)
     except (FileNotFoundError, ValueError) as error:
@@ -31,4 +32,10 @@ def open_training_store(config: TrainConfig | FederatedConfig, quiet: bool = Fal
              "or pass --allow-missing-robots to train on the rest")
     if store.missing_robots and not quiet:
         warn(f"{missing_stores(store)}; training on the other {len(store.robots)} (--allow-missing-robots)")
+    if damaged := [shard for shard in store.shards.values() if shard.unreadable]:
+        fail(f"{damaged[0].path.name}: {damaged[0].unreadable}; run `dataset verify {store.path} --repair`")
+    if short := store.short_robots:
+        shard, recorded = store.shards[short[0]], store.manifest["robots"][str(short[0])]["episodes"]
+        fail(f"{shard.path.name} shows {shard.num_episodes} committed episodes, {MANIFEST} records {recorded}: "
+             f"its meta/episode_ends are damaged; run `dataset verify {store.path} --repair`")
     return store

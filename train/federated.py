@@ -46,6 +46,7 @@ import torch
 from collect.engine import dask_client
 from collect.manifest import write_json_atomic
 from dataset import FleetStore
+from dataset.chunks import DataError
 from dataset.episodes import select_episodes
 from dataset.stats import fleet_stats
 from sim.cli import code_version, fail, parse_config, progress_bar
@@ -285,11 +286,14 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
     """
     run = Path(config.out)
     store = open_training_store(config)
-    episodes = select_episodes(store, robots=config.robots or None, sites=config.sites or None)
+    try:
+        episodes = select_episodes(store, robots=config.robots or None, sites=config.sites or None)
+        stats = fleet_stats(store)  # fleet-wide normalisation, shared by every client (see docs/federated.md)
+    except DataError as error:
+        fail(str(error))
     robots = sorted({episode.robot_id for episode in episodes})
     if not robots:
         fail(f"no successful episodes in {config.data} match --robots {config.robots} --sites {config.sites}")
-    stats = fleet_stats(store)  # fleet-wide normalisation, shared by every client (see docs/federated.md)
     try:
         server = Server(config, store, policy_spec(config, store.features), stats, robots)
     except (ValueError, NotImplementedError) as error:

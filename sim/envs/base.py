@@ -107,9 +107,11 @@ class ArmEnv(gym.Env):
     def _state_space(self) -> spaces.Box:
         joints = len(ARM_JOINTS)
         joint_range = self.controller.joint_range + [-0.1, 0.1]  # joint limits are soft in MuJoCo
-        low = np.concatenate([joint_range[:, 0], np.full(joints, -MAX_JOINT_SPEED), [0.0],
+        # Two fingers of 0-0.05 m each; closed hard (pushing) they pass their soft limits too (to -0.012 m seen).
+        opening = (-0.02, 0.12)
+        low = np.concatenate([joint_range[:, 0], np.full(joints, -MAX_JOINT_SPEED), [opening[0]],
                               np.full(3, -WORLD_EXTENT), np.full(4, -1.0)])
-        high = np.concatenate([joint_range[:, 1], np.full(joints, MAX_JOINT_SPEED), [0.11],
+        high = np.concatenate([joint_range[:, 1], np.full(joints, MAX_JOINT_SPEED), [opening[1]],
                                np.full(3, WORLD_EXTENT), np.full(4, 1.0)])
         return spaces.Box(low.astype(np.float32), high.astype(np.float32), dtype=np.float32)
 
