@@ -105,7 +105,9 @@ def write_manifest(out: Path, config: CollectConfig, spec: TaskSpec, features: d
     """
     known = {report.robot_id: _robot_entry(report.site, report.kept, report.frames, report.failed)
              for report in reports}
-    write_store_manifest(out, task={"name": spec.name, "env_id": spec.env_id}, fps=fps, features=features,
+    # "reference" is the task as given (a name, env id or module:attr): what later commands resolve it from
+    task = {"name": spec.name, "env_id": spec.env_id, "reference": config.task}
+    write_store_manifest(out, task=task, fps=fps, features=features,
                          seed=config.seed, data_config=config.data_config(),
                          collect_config={**config.__dict__, "cameras": list(config.cameras)},
                          sites={profile.robot_id: profile.site for profile in fleet}, known=known)

@@ -21,6 +21,7 @@ from collect.schema import features_of
 from dataset import FleetStore
 from dataset.chunks import DataError, read_rows
 from eval.config import EvalConfig
+from eval.lerobot_policy import LeRobotAgent, describe_lerobot_policy, is_lerobot_pretrained
 from sim.cli import one_line
 from sim.fleet import RobotProfile, episode_seed, make_robot
 from sim.tasks import resolve_task
@@ -63,6 +64,8 @@ def _load(path: str, n_action_steps: int | None = None) -> tuple[str, dict]:
     for each broken one skipped; a file is that checkpoint or an error.
     """
     given = Path(path)
+    if is_lerobot_pretrained(given):
+        return _load_lerobot(given.resolve(), n_action_steps)
     if given.is_dir():
         run = given.parent if given == checkpoint_dir(given.parent) else given
         found = newest_intact_checkpoint(run)
@@ -72,11 +75,7 @@ def _load(path: str, n_action_steps: int | None = None) -> tuple[str, dict]:
     else:
         resolved = given.resolve()
         checkpoint = read_checkpoint(resolved)
-    spec = checkpoint["policy_spec"]
-    longest = spec["horizon"] + spec.get("action_start", 0)
-    if n_action_steps is not None and n_action_steps > longest:
-        raise ValueError(f"--n-action-steps {n_action_steps} is longer than the {spec['kind']} policy's chunk "
-                         f"of {longest} actions")
+    _check_chunk(checkpoint["policy_spec"], n_action_steps)
     try:
         load_policy(resolved, n_action_steps=n_action_steps)
     except Exception as error:  # unknown policy kind, weights that do not fit the spec
@@ -84,15 +83,36 @@ def _load(path: str, n_action_steps: int | None = None) -> tuple[str, dict]:
     return str(resolved), checkpoint
 
 
+def _load_lerobot(path: Path, n_action_steps: int | None) -> tuple[str, dict]:
+    """A LeRobot pretrained_model directory, described as our checkpoints are, once lerobot has loaded it."""
+    checkpoint = describe_lerobot_policy(path)
+    _check_chunk(checkpoint["policy_spec"], n_action_steps)
+    try:
+        LeRobotAgent(path, "cpu", n_action_steps)
+    except Exception as error:  # weights or processors that lerobot cannot load
+        raise ValueError(f"LeRobot policy {path} does not load: {one_line(error)}") from None
+    return str(path), checkpoint
+
+
+def _check_chunk(spec: dict, n_action_steps: int | None) -> None:
+    longest = spec["horizon"] + spec.get("action_start", 0)
+    if n_action_steps is not None and n_action_steps > longest:
+        raise ValueError(f"--n-action-steps {n_action_steps} is longer than the {spec['kind']} policy's chunk "
+                         f"of {longest} actions")
+
+
 def _task(config: EvalConfig, checkpoint: dict | None):
     trained_on = (checkpoint or {}).get("task") or {}
-    reference = config.task or trained_on.get("name")
+    reference = config.task or trained_on.get("reference") or trained_on.get("name")
     if reference is None:
-        raise ValueError("the checkpoint does not name its task: give --task")
+        where = ("the LeRobot policy does not name its task (it was not trained on a `dataset export-lerobot` export)"
+                 if (checkpoint or {}).get("format") == "lerobot" else "the checkpoint does not name its task")
+        raise ValueError(f"{where}: give --task")
     try:
         spec = resolve_task(reference)
     except ValueError as error:
-        hint = "" if config.task else " (a plug-in task: give --task module:attr)"
+        hint = ("" if config.task else " (the checkpoint's task: put its module on PYTHONPATH)" if ":" in reference
+                else " (a plug-in task: give --task module:attr)")
         raise ValueError(f"{error}{hint}") from None
     if checkpoint is not None and trained_on.get("name") not in (None, spec.name):
         raise ValueError(f"the checkpoint was trained on task {trained_on['name']!r}, not {spec.name!r}")
@@ -169,6 +189,8 @@ def make_plan(config: EvalConfig) -> EvalPlan:
         fleet_seed, seeds_from = config.seed, "--seed"
     elif store is not None and store.manifest and store.manifest.get("seed") is not None:
         fleet_seed, seeds_from = int(store.manifest["seed"]), f"the training collection {store.path}"
+    elif checkpoint is not None and checkpoint.get("seed") is not None:
+        fleet_seed, seeds_from = int(checkpoint["seed"]), "the LeRobot policy's training export (meta/robofleet.json)"
     else:
         fleet_seed, seeds_from = 0, "the default (0)"
     robots = [make_robot(k, fleet_seed) for k in range(config.robot_offset, config.robot_offset + config.robots)]
@@ -176,7 +198,8 @@ def make_plan(config: EvalConfig) -> EvalPlan:
     try:
         probe = spec.make_env(robots[0], cameras=cameras, image_size=image_size)
     except Exception as error:
-        raise ValueError(f"cannot make the {spec.name} env: {one_line(error)}") from None
+        wanted = f" with the policy's cameras ({', '.join(IMAGE_PREFIX + camera for camera in cameras)})" if cameras else ""
+        raise ValueError(f"cannot make the {spec.name} env{wanted}: {one_line(error)}") from None
     fps = int(probe.metadata.get("render_fps", 0))
     if checkpoint is not None:
         _check_schema(checkpoint, features_of(probe))
@@ -190,7 +213,7 @@ def make_plan(config: EvalConfig) -> EvalPlan:
                 else "evaluate seed stream (disjoint from the collect stream)")
     info = None
     if checkpoint is not None:
-        info = {"path": checkpoint_path, "step": checkpoint["step"], "code_version": checkpoint.get("code_version"),
+        info = {"path": checkpoint_path, "format": checkpoint.get("format", "robofleet"), "step": checkpoint["step"], "code_version": checkpoint.get("code_version"),
                 "task": checkpoint["task"], "policy": checkpoint["policy_spec"]["kind"],
                 "inputs": checkpoint["policy_spec"].get("inputs", "state"), "data": checkpoint.get("data"),
                 "n_action_steps": config.n_action_steps or checkpoint["policy_spec"]["n_action_steps"],

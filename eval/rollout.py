@@ -15,6 +15,8 @@ An episode that crashes is a failure with its reason, and the others go on:
 - the observation or the action is not finite.
 
 If the policy (or expert) itself raises, every episode of that wave fails with the reason.
+The policy is one of our checkpoints or a LeRobot pretrained_model directory
+(``eval.lerobot_policy``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import mujoco
 import numpy as np
 import torch
 
+from eval.lerobot_policy import LeRobotAgent, is_lerobot_pretrained
 from eval.video import write_mp4
 from sim.cli import one_line
 from sim.fleet import RobotProfile
@@ -55,13 +58,24 @@ class RobotJob:
     fps: int = 20
 
 
+def _device(job: RobotJob) -> str:
+    return job.device if job.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def policy_agent(job: RobotJob, profile: RobotProfile):
+    """The job's policy: a LeRobot pretrained_model directory, or one of our checkpoints."""
+    if is_lerobot_pretrained(job.checkpoint):
+        return LeRobotAgent(job.checkpoint, _device(job), job.n_action_steps)
+    return PolicyAgent(job, profile)
+
+
 class PolicyAgent:
     """The trained policy, with the robot's personal weights when the checkpoint has them."""
 
     name = "policy"
 
     def __init__(self, job: RobotJob, profile: RobotProfile):
-        device = job.device if job.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        device = _device(job)
         policy, _ = load_policy(job.checkpoint, robot_id=profile.robot_id, n_action_steps=job.n_action_steps)
         self.policy = policy.to(device)
         self.inputs = list(policy.spec.features)
@@ -190,7 +204,7 @@ def evaluate_robot(job: RobotJob) -> list[dict]:
     records = []
     try:  # the envs hold MuJoCo (and GL) contexts: closed however the task ends, as workers live on
         envs.extend(make_env() for _ in range(batch))
-        agent = PolicyAgent(job, profile) if job.agent == "policy" else ExpertAgent(spec, profile, batch)
+        agent = policy_agent(job, profile) if job.agent == "policy" else ExpertAgent(spec, profile, batch)
         for start in range(0, len(job.seeds), batch):
             wave = [_Episode(index, job.seeds[index], index in job.videos)
                     for index in range(start, min(start + batch, len(job.seeds)))]

@@ -1,5 +1,7 @@
 """Outside tasks: by module:attr reference and by entry point, with the README's example."""
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -7,9 +9,12 @@ from pathlib import Path
 import pytest
 
 import sim
+from collect_helpers import REPO, subprocess_env
 from sim.demo import DemoConfig, run_demo
 from sim.rollout import run_episode
 from sim.tasks import ENTRY_POINT_GROUP, TaskSpec, available_tasks, resolve_task
+from train.checkpoint import load_checkpoint
+from train_helpers import QUICK
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
 
@@ -75,3 +80,33 @@ def test_short_names_and_env_ids_name_the_same_task():
 def test_cameras_are_refused_for_a_task_without_them(example_on_path):
     with pytest.raises(ValueError, match="does not support cameras"):
         resolve_task("mountain_car_task:TASK").make_env(sim.make_robot(0), cameras=("front",))
+
+
+def test_a_plug_in_task_is_remembered_from_collect_to_evaluate(tmp_path):
+    """Collected with --task module:attr, trained and evaluated without naming the task again."""
+    with_module = {**subprocess_env(), "PYTHONPATH": f"{EXAMPLES}{os.pathsep}{subprocess_env()['PYTHONPATH']}"}
+
+    def run(*command, env=with_module) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, *map(str, command)], capture_output=True, text=True, env=env,
+                              cwd=REPO, timeout=600)
+
+    fleet, trained, evaluation = tmp_path / "fleet", tmp_path / "run", tmp_path / "eval"
+    completed = run("-m", "collect.cli", "--task", "mountain_car_task:TASK", "--robots", "2", "--episodes", "3",
+                    "--workers", "1", "--out", fleet, "--quiet")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert json.loads((fleet / "manifest.json").read_text())["task"]["reference"] == "mountain_car_task:TASK"
+    completed = run(REPO / "train" / "bc.py", "--data", fleet, "--out", trained, *QUICK, "--max-steps", "5",
+                    "--val-fraction", "0")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert load_checkpoint(trained)["task"]["reference"] == "mountain_car_task:TASK"
+
+    completed = run("-m", "eval.cli", "--checkpoint", trained, "--robots", "2", "--episodes", "1", "--workers", "1",
+                    "--out", evaluation, "--quiet")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert json.loads((evaluation / "eval_info.json").read_text())["task"] == "mountain_car"
+
+    completed = run("-m", "eval.cli", "--checkpoint", trained, "--out", tmp_path / "again", "--quiet",
+                    env=subprocess_env())  # the module is not importable
+    assert completed.returncode == 2 and completed.stderr.strip().count("\n") == 0, completed.stderr
+    assert ("cannot load task reference 'mountain_car_task:TASK': No module named 'mountain_car_task' "
+            "(the checkpoint's task: put its module on PYTHONPATH)") in completed.stderr
