@@ -60,14 +60,37 @@ def run_checked(command: list[str], **options) -> subprocess.CompletedProcess:
     return completed
 
 
+def ours_command(store: Path, out: Path, steps: int, batch_size: int, *options: str) -> list[str]:
+    """``train/bc.py --policy act`` at the benchmark's sizes, in one process."""
+    return [sys.executable, str(REPO / "train" / "bc.py"), "--data", str(store), "--out", str(out),
+            "--policy", "act", "--lerobot-config", "small", "--horizon", str(HORIZON),
+            "--n-action-steps", str(N_ACTION_STEPS), "--batch-size", str(batch_size), "--max-steps", str(steps),
+            "--log-interval", str(LOG_INTERVAL), "--val-fraction", "0", *options]
+
+
+def lerobot_command(root: Path, out: Path, steps: int, batch_size: int, workers: int, *options: str) -> list[str]:
+    """``lerobot-train --policy.type=act`` on the export at ``root``, at the same sizes, chunk and device as ours."""
+    sizes = [f"--policy.{name}={value}" for name, value in SMALL["act"].items()]
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # what bc.py picks
+    return [sys.executable, "-m", "lerobot.scripts.lerobot_train",  # lerobot-train
+            "--dataset.repo_id=robofleet/bench", f"--dataset.root={root}", "--policy.type=act",
+            "--policy.push_to_hub=false", f"--policy.device={device}",
+            "--policy.pretrained_backbone_weights=null", *sizes, f"--policy.chunk_size={HORIZON}",
+            f"--policy.n_action_steps={N_ACTION_STEPS}", f"--batch_size={batch_size}", f"--steps={steps}",
+            f"--log_freq={LOG_INTERVAL}", f"--num_workers={workers}", "--eval_freq=0", "--wandb.enable=false",
+            f"--output_dir={out}", *options]
+
+
+def lerobot_env(work: Path) -> dict:
+    """lerobot-train's environment: offline (no hub, no wandb), its cache under ``work``."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "disabled",
+            "HF_LEROBOT_HOME": str(work / "hf_lerobot")}
+
+
 def ours_steps_per_s(store: Path, out: Path, steps: int, batch_size: int) -> float:
     """Steps per second of ``train/bc.py --policy act`` (after its first log window)."""
-    command = [sys.executable, str(REPO / "train" / "bc.py"), "--data", str(store), "--out", str(out),
-               "--policy", "act", "--lerobot-config", "small", "--horizon", str(HORIZON),
-               "--n-action-steps", str(N_ACTION_STEPS), "--batch-size", str(batch_size), "--max-steps", str(steps),
-               "--log-interval", str(LOG_INTERVAL), "--val-fraction", "0", "--checkpoint-interval", str(steps),
-               "--no-resume"]
-    run_checked(command, cwd=REPO)
+    run_checked(ours_command(store, out, steps, batch_size, "--checkpoint-interval", str(steps), "--no-resume"),
+                cwd=REPO)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     seconds_per_step = [batch_size / r["samples_per_s"] for r in records if "samples_per_s" in r][1:]
     return 1 / statistics.mean(seconds_per_step)
@@ -75,18 +98,8 @@ def ours_steps_per_s(store: Path, out: Path, steps: int, batch_size: int) -> flo
 
 def lerobot_steps_per_s(root: Path, out: Path, steps: int, batch_size: int, workers: int) -> float:
     """Steps per second of ``lerobot-train --policy.type=act`` (after its first log window)."""
-    sizes = [f"--policy.{name}={value}" for name, value in SMALL["act"].items()]
-    device = "cuda" if torch.cuda.is_available() else "cpu"  # what bc.py picks
-    command = [sys.executable, "-m", "lerobot.scripts.lerobot_train",  # lerobot-train
-               "--dataset.repo_id=robofleet/bench", f"--dataset.root={root}", "--policy.type=act",
-               "--policy.push_to_hub=false", f"--policy.device={device}",
-               "--policy.pretrained_backbone_weights=null", *sizes, f"--policy.chunk_size={HORIZON}",
-               f"--policy.n_action_steps={N_ACTION_STEPS}", f"--batch_size={batch_size}", f"--steps={steps}",
-               f"--log_freq={LOG_INTERVAL}", f"--num_workers={workers}", "--eval_freq=0", "--save_checkpoint=false",
-               "--wandb.enable=false", f"--output_dir={out}"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "WANDB_MODE": "disabled",
-           "HF_LEROBOT_HOME": str(out.parent / "hf_lerobot")}
-    completed = run_checked(command, env=env, cwd=out.parent)
+    completed = run_checked(lerobot_command(root, out, steps, batch_size, workers, "--save_checkpoint=false"),
+                            env=lerobot_env(out.parent), cwd=out.parent)
     windows = re.findall(r"updt_s:([\d.]+) data_s:([\d.]+)", completed.stdout + completed.stderr)
     seconds_per_step = [float(update) + float(data) for update, data in windows][1:]
     return 1 / statistics.mean(seconds_per_step)

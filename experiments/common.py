@@ -12,13 +12,14 @@ from sim.cli import fail
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_step(name: str, command: list[str], log: Path) -> float:
-    """Run one stage as users do (a subprocess), its output in ``log``; the seconds it took.
+def run_step(name: str, command: list[str], log: Path, env: dict[str, str] | None = None) -> float:
+    """Run one stage as users do (a subprocess, with ``env`` added to the environment), its output
+    in ``log``; the seconds it took.
 
     A stage that fails ends the experiment with a one-line error naming its log.
     """
     started = time.perf_counter()
-    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # torchrun restarts hang without it
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", **(env or {})}  # torchrun restarts hang without it
     with open(log, "w") as output:
         code = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=REPO).returncode
     if code != 0:

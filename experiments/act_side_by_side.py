@@ -1,0 +1,156 @@
+"""ACT trained two ways on the same fleet, evaluated on the same robots and held-out seeds.
+
+    .venv/bin/python -m experiments.act_side_by_side        # push, 50 robots x 40 demos, 5000 steps
+
+1. ``collect --task push`` (state only) and ``dataset export-lerobot`` of it;
+2. **ours**: ``python train/bc.py --policy act`` on the fleet store, one process;
+3. **lerobot-train**: ``lerobot-train --policy.type=act`` on the export, offline, with
+   ``--num_workers 2``;
+4. ``evaluate`` of the scripted expert, our run and lerobot-train's ``pretrained_model``,
+   on the same robots and held-out seeds.
+
+Both train LeRobot's ``ACTPolicy`` at the same sizes (``train/lerobot_policies.SMALL``),
+chunk (16, 8 executed), batch, steps and peak learning rate. Each keeps its own schedule:
+ours warms up and decays along a cosine, lerobot-train's ACT preset holds the rate
+constant. Training time is the wall-clock of the training command, start-up included.
+Goal: ours at least as successful as lerobot-train's, and faster.
+
+Every stage resumes or is skipped when done. The table goes into ``--docs`` and
+``--results-dir/act_side_by_side.json``, with the command that reproduces it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from benchmarks.act_vs_lerobot import lerobot_command, lerobot_env, ours_command
+from benchmarks.common import machine_facts, write_results
+from experiments.common import write_section
+from experiments.full_run import StageClock, finished_evaluation, percent, seeds_of, trained_step
+from sim.cli import check_options, parse_config
+from sim.fleet import SITES
+
+NAME = "act_side_by_side"
+
+
+@dataclass
+class SideBySideConfig:
+    task: str = field(default="push", metadata={"help": "task collected and trained on"})
+    robots: int = field(default=50, metadata={"help": "robots collected for training"})
+    episodes: int = field(default=40, metadata={"help": "episodes per robot"})
+    steps: int = field(default=5000, metadata={"help": "training steps of both trainers"})
+    batch_size: int = field(default=64, metadata={"help": "windows per step of both trainers"})
+    lr: float = field(default=3e-4, metadata={"help": "peak learning rate of both trainers"})
+    lerobot_workers: int = field(default=2, metadata={"help": "lerobot-train --num_workers"})
+    eval_robots: int = field(default=50, metadata={"help": "robots evaluated (the training fleet's first N)"})
+    eval_episodes: int = field(default=10, metadata={"help": "held-out episodes per evaluated robot"})
+    seed: int = field(default=0, metadata={"help": "fleet seed"})
+    workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers for collect and evaluate"})
+    out: str = field(default=f"runs/{NAME}", metadata={"help": "directory for data, runs, evaluations and logs"})
+    docs: str = field(default="docs/training.md", metadata={"help": "markdown file for the table"})
+    results_dir: str = field(default="experiments/results", metadata={"help": f"where {NAME}.json is written"})
+
+    def __post_init__(self):
+        check_options(self, ("robots", "episodes", "steps", "batch_size", "lerobot_workers", "eval_robots",
+                             "eval_episodes", "workers"), lambda value: value >= 1, "must be at least 1")
+
+
+def evaluate_command(config: SideBySideConfig, agent: list[str], out: Path) -> list[str]:
+    return [sys.executable, "-m", "eval.cli", *agent, "--task", config.task, "--robots", str(config.eval_robots),
+            "--episodes", str(config.eval_episodes), "--seed", str(config.seed), "--workers", str(config.workers),
+            "--out", str(out), "--overwrite", "--quiet"]
+
+
+def lerobot_step(output_dir: Path) -> int | None:
+    """The step of lerobot-train's last checkpoint in ``output_dir``, if it wrote one."""
+    step_file = output_dir / "checkpoints" / "last" / "training_state" / "training_step.json"
+    return json.loads(step_file.read_text())["step"] if step_file.exists() else None
+
+
+def row(name: str, info: dict, seconds: float | None, steps: int) -> dict:
+    return {"trainer": name, "train_seconds": None if seconds is None else round(seconds),
+            "steps_per_s": None if not seconds else round(steps / seconds, 2),
+            "success": {k: info["fleet"][k] for k in ("n_episodes", "pc_success", "ci95")},
+            "per_site": {site: info["per_site"][site]["pc_success"] for site in SITES if site in info["per_site"]}}
+
+
+def table(rows: list[dict], facts: dict, command: str, config: SideBySideConfig) -> str:
+    lines = [f"Measured {facts['date']} on {facts['cores']} cores ({facts['device']}), code {facts['code_version']}: "
+             f"{config.task}, {config.robots} robots x {config.episodes} demos, ACT (small) for {config.steps} steps "
+             f"at batch {config.batch_size}, peak lr {config.lr:g}; {config.eval_robots} robots x "
+             f"{config.eval_episodes} held-out episodes, all on the same seeds.", "", "```bash", command, "```", "",
+             "| trainer | training wall-clock | steps/s (wall-clock) | success | " + " | ".join(SITES) + " |",
+             "|---|---|---|---|" + "---|" * len(SITES)]
+    for r in rows:
+        clock = "-" if r["train_seconds"] is None else f"{r['train_seconds']} s"
+        steps = "-" if r["steps_per_s"] is None else f"{r['steps_per_s']:.1f}"
+        sites = [f"{r['per_site'][site]:.1f}%" if site in r["per_site"] else "-" for site in SITES]
+        lines.append(f"| {r['trainer']} | {clock} | {steps} | {percent(r['success'])} | " + " | ".join(sites) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    config = parse_config(SideBySideConfig, __doc__, argv)
+    command = f"python -m experiments.{NAME}" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    out = Path(config.out).resolve()  # absolute: the stages run with the repository as their directory
+    out.mkdir(parents=True, exist_ok=True)
+    clock = StageClock(out / "seconds.json")
+    data, export = out / "data", out / "lerobot_data"
+    clock.run("collect", "collect", [sys.executable, "-m", "collect.cli", "--task", config.task, "--robots",
+                                     str(config.robots), "--episodes", str(config.episodes), "--seed", str(config.seed),
+                                     "--workers", str(config.workers), "--out", str(data), "--quiet"],
+              out / "collect.log")
+    if not (export / "meta" / "robofleet.json").exists():  # the sidecar is written last
+        shutil.rmtree(export, ignore_errors=True)
+        clock.run("export", "export", [sys.executable, "-m", "dataset.cli", "export-lerobot", str(data), str(export)],
+                  out / "export.log")
+
+    ours, lerobot = out / "ours", out / "lerobot"
+    if trained_step(ours) != config.steps:
+        clock.run("ours train", "ours train", ours_command(data, ours, config.steps, config.batch_size, "--lr",
+                                                           str(config.lr), "--seed", str(config.seed)),
+                  out / "ours.train.log")
+    if lerobot_step(lerobot) != config.steps:
+        shutil.rmtree(lerobot, ignore_errors=True)  # lerobot-train refuses an existing output_dir
+        clock.seconds.pop("lerobot train", None)
+        lerobot_options = [f"--policy.optimizer_lr={config.lr}", f"--save_freq={config.steps}", f"--seed={config.seed}"]
+        clock.run("lerobot train", "lerobot-train", lerobot_command(export, lerobot, config.steps, config.batch_size,
+                                                                    config.lerobot_workers, *lerobot_options),
+                  out / "lerobot.train.log", lerobot_env(out))
+
+    episodes = config.eval_robots * config.eval_episodes
+    agents = {"expert": ["--expert"], "ours": ["--checkpoint", str(ours)],
+              "lerobot-train": ["--checkpoint", str(lerobot / "checkpoints" / "last" / "pretrained_model")]}
+    infos = {}
+    for name, agent in agents.items():
+        evaluation = out / f"eval_{name}"
+        if finished_evaluation(evaluation, None, episodes) is None:
+            clock.run(f"{name} evaluate", f"{name} evaluate", evaluate_command(config, agent, evaluation),
+                      out / f"{name}.eval.log")
+        infos[name] = finished_evaluation(evaluation, None, episodes)
+    if len({tuple(seeds_of(info)) for info in infos.values()}) != 1:
+        raise SystemExit("error: the three evaluations ran on different seeds")
+
+    rows = [row("scripted expert", infos["expert"], None, config.steps),
+            row("ours: train/bc.py", infos["ours"], clock.seconds["ours train"], config.steps),
+            row("lerobot-train", infos["lerobot-train"], clock.seconds["lerobot train"], config.steps)]
+    ours_row, theirs_row = rows[1], rows[2]
+    goals = {"as_successful": ours_row["success"]["pc_success"] >= theirs_row["success"]["pc_success"],
+             "faster": ours_row["train_seconds"] < theirs_row["train_seconds"]}
+    facts = machine_facts()
+    result = {"experiment": NAME, "machine": facts, "config": asdict(config), "command": command, "rows": rows,
+              "speedup": round(theirs_row["train_seconds"] / ours_row["train_seconds"], 2), "goals": goals}
+    write_results(NAME, result, Path(config.results_dir))
+    write_section(Path(config.docs), NAME, "## ACT two ways: train/bc.py and lerobot-train, side by side",
+                  table(rows, facts, command, config))
+    print(table(rows, facts, command, config))
+    return result
+
+
+if __name__ == "__main__":
+    main()
