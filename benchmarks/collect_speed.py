@@ -15,6 +15,11 @@ is then 4 x 4, as rendering 2 cameras at 96 px takes ~10 ms a step on llvmpipe.
   they are reported apart).
 - ``vector_2env``: the collector a user would write with gymnasium's
   ``AsyncVectorEnv`` (2 sub-processes, lock-step), writing the same shards.
+- ``write_crc32c`` / ``write_no_checksum``: the cost of the checksums. The job's episodes,
+  recorded once, are written into new shards by collect's writer as it is (crc32c on every
+  chunk) and with the crc32c codec left out, one after the other in each round;
+  ``checksums`` in the JSON gives their rate ratio and the extra write time as a share of
+  a ``collect_1w`` step.
 
 The CPU speed of a shared VM drifts by tens of percent from one minute to the next,
 so every round runs all setups back to back and ratios are taken within a round. Each
@@ -30,13 +35,14 @@ state figures stay) and appends to the table in benchmarks/README.md.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import shutil
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import sim  # first: it selects headless rendering before mujoco loads
 
@@ -47,6 +53,7 @@ from benchmarks.common import benchmark_parser, machine_facts, median_ratio, pub
 from collect import CollectConfig
 from collect.engine import run_collection
 from collect.schema import features_of
+from collect import shard
 from collect.shard import EpisodeRecord, ShardWriter, store_name
 from collect.worker import to_features
 from sim.fleet import RobotProfile, episode_seed, make_fleet, make_robot
@@ -166,6 +173,55 @@ def measure_vector(job: CollectConfig, num_envs: int = 2) -> float:
         shutil.rmtree(out)
 
 
+def recorded_episodes(job: CollectConfig, robot_ids: list[int]) -> tuple[dict, dict[int, list[EpisodeRecord]]]:
+    """(features, robot id -> its job's episodes as collect records them); run in a spawned process."""
+    spec, recorded = sim.resolve_task(job.task), {}
+    for profile in (make_robot(robot_id) for robot_id in robot_ids):
+        env, expert = make_env(job, profile), spec.make_expert(profile)
+        features = features_of(env)
+        recorded[profile.robot_id] = []
+        for index in range(job.episodes):
+            seed = episode_seed(0, profile.robot_id, index)
+            episode = run_episode(env, expert, seed, reset_policy=expert.reset, record=True)
+            recorded[profile.robot_id].append(EpisodeRecord(index, seed, episode.success,
+                                                            to_features(episode.frames, features)))
+        env.close()
+    return features, recorded
+
+
+@contextlib.contextmanager
+def checksums_off() -> Iterator[None]:
+    """collect's writer with its codecs minus crc32c, as stores were written before checksums (this measurement only)."""
+    layout, meta_codecs = shard._array_layout, shard.META_CODECS
+
+    def without_crc(feature: dict) -> dict:
+        options = layout(feature)
+        return {**options, "compressors": options["compressors"][:-1]}
+
+    shard._array_layout, shard.META_CODECS = without_crc, meta_codecs[:-1]
+    shard._TEMPLATES.clear()  # the empty-store templates carry the codecs
+    try:
+        yield
+    finally:
+        shard._array_layout, shard.META_CODECS = layout, meta_codecs
+        shard._TEMPLATES.clear()
+
+
+def write_seconds(features: dict, recorded: dict[int, list[EpisodeRecord]], checksums: bool) -> float:
+    """Seconds to write every robot's recorded episodes into new shards (one commit each, as collect's first)."""
+    out = Path(tempfile.mkdtemp(prefix="robofleet-bench-"))
+    try:
+        with contextlib.nullcontext() if checksums else checksums_off():
+            start = time.perf_counter()
+            for robot_id, episodes in recorded.items():
+                with ShardWriter(out / store_name(robot_id), {"profile": make_robot(robot_id).to_dict()},
+                                 features) as writer:
+                    writer.commit(episodes, [])
+            return time.perf_counter() - start
+    finally:
+        shutil.rmtree(out)
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--robots", type=int, help="default 16, or 4 with --cameras")
@@ -181,6 +237,10 @@ def main(argv: list[str] | None = None) -> dict:
     job = CollectConfig(robots=args.robots, episodes=args.episodes, task=args.task, cameras=tuple(args.cameras),
                         image_size=args.image_size, quiet=True)
 
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # rendering here would hang AsyncVectorEnv's forks
+        features, recorded = pool.apply(recorded_episodes, (job, list(range(job.robots))))
+    recorded_steps = sum(len(next(iter(e.frames.values()))) for episodes in recorded.values() for e in episodes)
+
     rounds: list[dict[str, float]] = []
     cluster = []
     for _ in range(args.rounds):
@@ -190,6 +250,9 @@ def main(argv: list[str] | None = None) -> dict:
         rates["collect_2w"], rates["limit_2proc"] = bracketed_by_limit(
             job, processes=2, setup=lambda: measure_collect(job, workers=2, cluster_seconds=cluster))
         rates["vector_2env"] = measure_vector(job)
+        # Writing alone, with crc32c on every chunk and without: steps written per second.
+        rates["write_crc32c"] = recorded_steps / write_seconds(features, recorded, checksums=True)
+        rates["write_no_checksum"] = recorded_steps / write_seconds(features, recorded, checksums=False)
         rounds.append(rates)
 
     ratios = {
@@ -200,6 +263,11 @@ def main(argv: list[str] | None = None) -> dict:
         "machine_scaling_1proc_to_2proc": median_ratio(rounds, "limit_2proc", "limit"),
         "collect_2w_vs_vector_2env": median_ratio(rounds, "collect_2w", "vector_2env"),
     }
+    checksums = {  # the extra write time per step, against the writer without them and against a collect_1w step
+        "write_rate_crc32c_vs_none": round(median_ratio(rounds, "write_crc32c", "write_no_checksum"), 3),
+        "share_of_collect_1w_step": round(float(np.median(
+            [(1 / r["write_crc32c"] - 1 / r["write_no_checksum"]) * r["collect_1w"] for r in rounds])), 4),
+    }
     best = {name: max(r[name] for r in rounds) for name in rounds[0]}
     machine = machine_facts()
     result = {
@@ -208,6 +276,7 @@ def main(argv: list[str] | None = None) -> dict:
         "steps_per_s_rounds": [{name: round(rate) for name, rate in r.items()} for r in rounds],
         "cluster_start_stop_s": round(float(np.median(cluster)), 2),
         "ratios": {name: round(value, 3) for name, value in ratios.items()},
+        "checksums": checksums,
     }
     header = ["date", "code", "job", "limit", "limit 2 proc", "collect 1w", "collect 2w", "vector 2 envs",
               "1w/limit", "2w/(2x limit)", "2w/limit 2 proc", "1w→2w", "machine 1→2 proc", "2w/vector"]

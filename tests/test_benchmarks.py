@@ -32,9 +32,10 @@ def test_collect_speed_measures_every_setup(tmp_path):
     tables = tmp_path / "README.md"
     result = collect_speed.main(["--robots", "2", "--episodes", "2", "--task", "reach", "--rounds", "1",
                                  "--results-dir", str(tmp_path), "--tables", str(tables)])
-    assert set(result["steps_per_s_best"]) == {"limit", "limit_2proc", "vector_2env", "collect_1w", "collect_2w"}
+    assert set(result["steps_per_s_best"]) == {"limit", "limit_2proc", "vector_2env", "collect_1w", "collect_2w",
+                                               "write_crc32c", "write_no_checksum"}
     assert all(rate > 0 for rate in result["steps_per_s_best"].values())
-    assert result["ratios"]["scaling_1w_to_2w"] > 0
+    assert result["ratios"]["scaling_1w_to_2w"] > 0 and result["checksums"]["write_rate_crc32c_vs_none"] > 0
     assert "| reach 2x2 |" in tables.read_text()
 
 
