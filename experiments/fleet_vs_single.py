@@ -80,8 +80,8 @@ class ExperimentConfig:
     eval_episodes: int = field(default=150, metadata={"help": "evaluation episodes per robot (held-out seeds)"})
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "local dask workers (federated, evaluate)"})
     scheduler: str | None = field(default=None, metadata={"help": "an existing dask cluster instead of local workers"})
-    docs: str = field(default=str(REPO / "docs" / "federated.md"), metadata={"help": "markdown file for the table"})
-    results_dir: str = field(default=str(REPO / "experiments" / "results"),
+    docs: str = field(default="docs/federated.md", metadata={"help": "markdown file for the table"})
+    results_dir: str = field(default="experiments/results",
                              metadata={"help": "where fleet_vs_single.json is written"})
 
 

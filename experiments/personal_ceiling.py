@@ -33,7 +33,7 @@ from dataset.episodes import select_episodes
 from dataset.loader import make_dataloader
 from dataset.windows import FleetWindowDataset, WindowSpec
 from eval import EvalConfig, run_evaluation
-from experiments.common import REPO, write_section
+from experiments.common import write_section
 from sim.cli import fail, parse_config
 from sim.fleet import SITES
 from train.checkpoint import latest_checkpoint, load_checkpoint, load_policy, save_checkpoint
@@ -52,8 +52,8 @@ class CeilingConfig:
     eval_episodes: int = field(default=150, metadata={"help": "evaluation episodes per robot (held-out seeds)"})
     workers: int = field(default=2, metadata={"help": "local dask workers for evaluation"})
     seed: int = field(default=0, metadata={"help": "seeds the fine-tuning shuffles"})
-    docs: str = field(default=str(REPO / "docs" / "federated.md"), metadata={"help": "markdown file for the table"})
-    results_dir: str = field(default=str(REPO / "experiments" / "results"),
+    docs: str = field(default="docs/federated.md", metadata={"help": "markdown file for the table"})
+    results_dir: str = field(default="experiments/results",
                              metadata={"help": "where personal_ceiling.json is written"})
 
 
