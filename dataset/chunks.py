@@ -72,8 +72,13 @@ async def list_keys(store) -> list[str]:
     return [key async for key in store.list()]
 
 
+def _episodes(shard: Shard, path: str, start: int, stop: int) -> range:
+    """The episodes rows ``[start, stop)`` of ``path`` belong to (a meta array has a row per episode)."""
+    return shard.episodes_in(start, stop) if path.startswith("data/") else range(start, stop)
+
+
 def _where(shard: Shard, path: str, start: int, stop: int, keys: list[str]) -> str:
-    episodes = shard.episodes_in(start, stop) if path.startswith("data/") else range(start, stop)
+    episodes = _episodes(shard, path, start, stop)
     return (f"{shard.path.name} {path} chunk {', '.join(keys)} ({rows_label(path, start, stop)}, "
             f"episodes {episodes.start}-{episodes.stop - 1})")
 
@@ -96,8 +101,7 @@ def check_present(shard: Shard, paths: list[str]) -> None:
         length = shard.num_frames if path.startswith("data/") else shard.num_episodes
         for start, stop, keys in chunk_rows(shard.group[path], length):
             missing = [key for key in keys if f"{path}/{key}" not in present]
-            episodes = shard.episodes_in(start, stop) if path.startswith("data/") else range(start, stop)
-            if missing and not may_be_absent(path, episodes):
+            if missing and not may_be_absent(path, _episodes(shard, path, start, stop)):
                 raise DataError(f"{_where(shard, path, start, stop, missing)} is missing; {_repair_hint(shard)}")
 
 
@@ -118,7 +122,7 @@ def damage_error(shard: Shard, path: str, start: int, stop: int, error: Exceptio
         try:
             array[row_start:row_stop]
         except Exception as chunk_error:
-            return DataError(f"{_where(shard, path, row_start, row_stop, keys)} is damaged: {decode_failure(chunk_error)}; "
-                             f"{_repair_hint(shard)}")
-    return DataError(f"{shard.path.name} {path} {rows_label(path, start, stop)} cannot be read: {decode_failure(error)}; "
-                     f"{_repair_hint(shard)}")
+            return DataError(f"{_where(shard, path, row_start, row_stop, keys)} is damaged: "
+                             f"{decode_failure(chunk_error)}; {_repair_hint(shard)}")
+    return DataError(f"{shard.path.name} {path} {rows_label(path, start, stop)} cannot be read: "
+                     f"{decode_failure(error)}; {_repair_hint(shard)}")

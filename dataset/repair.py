@@ -57,7 +57,8 @@ def repair_store(path: str | Path, workers: int = 1, quiet: bool = False,
     robots = damaged_robots(problems)
     if not robots:
         return RepairReport([], 0, [problem for problem in problems if not problem.note])
-    original = {key: value for key, value in manifest["collect_config"].items() if key in CollectConfig.__dataclass_fields__}
+    fields = CollectConfig.__dataclass_fields__
+    original = {key: value for key, value in manifest["collect_config"].items() if key in fields}
     config = CollectConfig(**{**original, "out": str(path), "workers": workers, "quiet": quiet, "scheduler": None,
                               "overwrite": False})
     listed = manifest.get("robots", {})

@@ -198,7 +198,8 @@ def make_plan(config: EvalConfig) -> EvalPlan:
     try:
         probe = spec.make_env(robots[0], cameras=cameras, image_size=image_size)
     except Exception as error:
-        wanted = f" with the policy's cameras ({', '.join(IMAGE_PREFIX + camera for camera in cameras)})" if cameras else ""
+        named = ", ".join(IMAGE_PREFIX + camera for camera in cameras)
+        wanted = f" with the policy's cameras ({named})" if cameras else ""
         raise ValueError(f"cannot make the {spec.name} env{wanted}: {one_line(error)}") from None
     fps = int(probe.metadata.get("render_fps", 0))
     if checkpoint is not None:
@@ -213,7 +214,8 @@ def make_plan(config: EvalConfig) -> EvalPlan:
                 else "evaluate seed stream (disjoint from the collect stream)")
     info = None
     if checkpoint is not None:
-        info = {"path": checkpoint_path, "format": checkpoint.get("format", "robofleet"), "step": checkpoint["step"], "code_version": checkpoint.get("code_version"),
+        info = {"path": checkpoint_path, "format": checkpoint.get("format", "robofleet"), "step": checkpoint["step"],
+                "code_version": checkpoint.get("code_version"),
                 "task": checkpoint["task"], "policy": checkpoint["policy_spec"]["kind"],
                 "inputs": checkpoint["policy_spec"].get("inputs", "state"), "data": checkpoint.get("data"),
                 "n_action_steps": config.n_action_steps or checkpoint["policy_spec"]["n_action_steps"],
