@@ -46,17 +46,20 @@ from sim.cli import check_options, parse_config
 from sim.fleet import SITES
 from train.checkpoint import latest_checkpoint, load_checkpoint
 
-SETTINGS = {  # the defaults of each setting; per-task values follow the order of `tasks`
+SETTINGS = {  # the defaults of each setting; per-task ones are dicts (a task not named gets the largest value)
     "state": {"tasks": ("reach", "push", "pick_place"), "policies": ("mlp",), "inputs": "state", "cameras": (),
               # sized from a probe (docs/evaluation.md): push is the data-hungry one
-              "episodes": (20, 100, 40), "steps": (2000, 20000, 10000), "ema_decay": (0.0,),
+              "episodes": {"reach": 20, "push": 100, "pick_place": 40},
+              "steps": {"reach": 2000, "push": 20000, "pick_place": 10000}, "ema_decay": {"reach": 0.0},
               "hidden": (512, 512, 512), "batch_size": 256, "videos": 0},
     "visuomotor": {"tasks": ("pick_place", "push"), "policies": ("cnn", "act", "diffusion"),
                    "inputs": "proprio+cameras", "cameras": ("front", "wrist"),
                    # pick_place: more data, steps and a weight average than push (0.93 of the expert at 40 x 6000)
-                   "episodes": (80, 40), "steps": (8000, 5000), "ema_decay": (0.999, 0.0), "hidden": (256, 256),
-                   "batch_size": 64, "videos": 3},
+                   "episodes": {"pick_place": 80, "push": 40}, "steps": {"pick_place": 8000, "push": 5000},
+                   "ema_decay": {"pick_place": 0.999, "push": 0.0}, "hidden": (256, 256), "batch_size": 64,
+                   "videos": 3},
 }
+PER_TASK = ("episodes", "steps", "ema_decay")
 GOALS = {"state": {"reach": 0.95}, "visuomotor": {"pick_place": 0.95, "push": 0.85}}  # policy / expert success
 DEFAULT_GOAL = 0.90
 SITE_GOAL = {"visuomotor": 0.85}  # policy / expert success on every site
@@ -96,12 +99,15 @@ class FullRunConfig:
             raise ValueError(f"--setting must be one of {', '.join(SETTINGS)}, got {self.setting!r}")
         for name, default in SETTINGS[self.setting].items():  # options left unset take the setting's value
             if getattr(self, name) in (None, ()):
+                if name in PER_TASK:
+                    default = tuple(default.get(task, max(default.values())) for task in self.tasks)
                 setattr(self, name, default)
         self.out = self.out or f"runs/{self.name}"
-        for name in ("episodes", "steps", "ema_decay"):
+        for name in PER_TASK:
             values = getattr(self, name)
             if len(values) not in (1, len(self.tasks)):
-                raise ValueError(f"--{name} takes one value or one per task ({len(self.tasks)}), got {len(values)}")
+                raise ValueError(f"--{name.replace('_', '-')} takes one value or one per task ({len(self.tasks)}), "
+                                 f"got {len(values)}")
         check_options(self, ("robots", "eval_robots", "eval_episodes", "ranks", "batch_size", "workers", "image_size"),
                       lambda value: value >= 1, "must be at least 1")
         check_options(self, ("videos",), lambda value: value >= 0, "must not be negative")

@@ -59,7 +59,7 @@ def test_one_store_per_robot_with_the_documented_layout(small_fleet):
 def test_manifest_records_config_counts_and_features(small_fleet):
     manifest = json.loads((small_fleet / "manifest.json").read_text())
     assert manifest["schema_version"] == SCHEMA_VERSION
-    assert manifest["task"] == {"name": "pick_place", "env_id": "robofleet/PickPlace-v0"}
+    assert manifest["task"] == {"name": "pick_place", "env_id": "robofleet/PickPlace-v0", "reference": "pick_place"}
     assert manifest["fps"] == 20 and manifest["seed"] == 0
     assert manifest["collect_config"]["episodes"] == 4 and manifest["code_version"]
     store = FleetStore.open(small_fleet)
