@@ -125,7 +125,7 @@ def verify(config: VerifyConfig) -> None:
     from dataset.verify import verify_store
 
     store = _open(config.store)
-    found = verify_store(store, check_data=not config.quick, progress=True)
+    found = verify_store(store, check_data=not config.quick, progress=True, notes=True)
     for problem in found:
         print(problem)
     problems = [problem for problem in found if not problem.note]

@@ -159,14 +159,3 @@ class FleetStore:
             "index": int(meta["episode_index"][index]),
             "length": int(meta["episode_length"][index]),
         }
-
-    # ----- checking -----------------------------------------------------------------------------
-    def verify(self, check_data: bool = True, notes: bool = False) -> list:
-        """Problems found in the store (``dataset.verify.Problem``), each naming its shard; empty when all is well.
-
-        ``check_data=False`` checks structure, metadata and chunk presence only; ``notes=True``
-        adds what is not damage (arrays without checksums, bounds left unchecked). See ``dataset.verify``.
-        """
-        from dataset.verify import verify_store  # imports dask only when a store is checked
-
-        return [problem for problem in verify_store(self, check_data=check_data) if notes or not problem.note]

@@ -79,7 +79,7 @@ def repair_store(path: str | Path, workers: int = 1, quiet: bool = False,
             (aside / store_name(robot)).rename(path / store_name(robot))
         raise
     repaired = FleetStore.open(path)
-    remaining = [problem for problem in verify_store(repaired) if not problem.note]
+    remaining = verify_store(repaired)
     if not set(damaged_robots(remaining)) & set(robots):
         shutil.rmtree(aside)
     return RepairReport(robots, sum(repaired.num_episodes_of(robot) for robot in robots), remaining)

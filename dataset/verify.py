@@ -85,13 +85,15 @@ def declared_bounds(store: FleetStore) -> tuple[Bounds, list[Problem]]:
             if np.issubdtype(space.dtype, np.floating)}, []
 
 
-def verify_store(store: FleetStore, check_data: bool = True, progress: bool = False) -> list[Problem]:
+def verify_store(store: FleetStore, check_data: bool = True, progress: bool = False,
+                 notes: bool = False) -> list[Problem]:
     """Every problem found in ``store``, store-level ones first; empty when all is well.
 
     ``check_data=False`` skips decoding the data arrays: attrs, structure, meta arrays and
-    chunk presence only. Shards are checked in parallel on dask's threaded scheduler, or on
-    the one dask's config names (``dask.config.set(scheduler=...)``, a distributed ``Client``);
-    ``progress=True`` shows a tqdm bar of shards.
+    chunk presence only. ``notes=True`` adds what is not damage (arrays without checksums,
+    bounds left unchecked). Shards are checked in parallel on dask's threaded scheduler, or
+    on the one dask's config names (``dask.config.set(scheduler=...)``, a distributed
+    ``Client``); ``progress=True`` shows a tqdm bar of shards.
     """
     bounds, problems = declared_bounds(store)
     if store.manifest is None:
@@ -102,7 +104,8 @@ def verify_store(store: FleetStore, check_data: bool = True, progress: bool = Fa
              for shard in store.shards.values()]
     with TqdmCallback(desc="verify", unit="shard", tqdm_class=progress_bar) if progress else contextlib.nullcontext():
         per_shard = dask.compute(*tasks, scheduler=dask.config.get("scheduler", "threads"))
-    return problems + [problem for shard_problems in per_shard for problem in shard_problems]
+    found = problems + [problem for shard_problems in per_shard for problem in shard_problems]
+    return [problem for problem in found if notes or not problem.note]
 
 
 def verify_shard(shard: Shard, manifest: dict | None = None, check_data: bool = True,

@@ -21,6 +21,7 @@ from collect.worker import to_features
 from collect_helpers import (REPO, assert_same_stores, collect_command, collected, interrupt, run_collect,
                              start_collect, subprocess_env, wait_for_episodes)
 from dataset import FleetStore
+from dataset.verify import verify_store
 from sim.fleet import episode_seed, make_robot
 from sim.rollout import run_episode
 from sim.tasks import resolve_task
@@ -75,7 +76,7 @@ def test_manifest_records_config_counts_and_features(small_fleet):
 
 def test_fleet_store_reads_episodes_and_verifies_clean(small_fleet):
     store = FleetStore.open(small_fleet)
-    assert store.robots == [0, 1, 2] and store.num_episodes == 12 and store.verify() == []
+    assert store.robots == [0, 1, 2] and store.num_episodes == 12 and verify_store(store) == []
     episode = store.episode(2, 3)
     length = store.episode_info(2, 3)["length"]
     assert all(len(values) == length for values in episode.values())
@@ -119,7 +120,7 @@ def test_a_concurrent_reader_only_ever_sees_complete_episodes(tmp_path):
     wait_for_episodes(out, 1, process)
     while process.poll() is None:
         store = FleetStore.open(out)
-        assert store.verify() == []
+        assert verify_store(store) == []
         for robot in store.robots:
             count = store.num_episodes_of(robot)
             if count:
@@ -197,7 +198,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
     assert interrupt(process) == 130
     assert "rerun the same command to resume" in process.stderr.read()
     partial = FleetStore.open(resumed)
-    assert 0 < partial.num_episodes < 48 and partial.verify() == []
+    assert 0 < partial.num_episodes < 48 and verify_store(partial) == []
 
     completed = run_collect(resumed, *arguments)
     assert completed.returncode == 0, completed.stderr

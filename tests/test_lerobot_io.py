@@ -11,6 +11,7 @@ from lerobot.datasets.lerobot_dataset import LeRobotDataset
 from collect_helpers import assert_same_stores
 from dataset import FleetStore
 from dataset.lerobot_io import SIDECAR, export_lerobot, import_lerobot
+from dataset.verify import verify_store
 from sim.fleet import SITES, make_robot
 
 IMAGE = "observation.images.front"
@@ -33,7 +34,7 @@ def test_round_trip_gives_back_the_same_store(fleet, exported, tmp_path):
     out = import_lerobot(exported, tmp_path / "imported", progress=False)
     assert_same_stores(fleet, out)  # robots, episode counts, episode_info and every array, bit for bit
     original, imported = FleetStore.open(fleet), FleetStore.open(out)
-    assert imported.verify() == [] and imported.features == original.features
+    assert verify_store(imported) == [] and imported.features == original.features
     for robot in original.robots:
         assert imported.profile(robot) == original.profile(robot) == make_robot(robot)
     before, after = original.manifest, imported.manifest
@@ -63,7 +64,7 @@ def test_videos_round_trip_within_codec_loss(fleet, tmp_path):
     root = export_lerobot(FleetStore.open(fleet), tmp_path / "video", use_videos=True, progress=False)
     assert LeRobotDataset("robofleet/video", root=root, video_backend="pyav").features[IMAGE]["dtype"] == "video"
     original, imported = FleetStore.open(fleet), FleetStore.open(import_lerobot(root, tmp_path / "out", progress=False))
-    assert imported.verify() == [] and imported.features == original.features
+    assert verify_store(imported) == [] and imported.features == original.features
     left, right = original.episode(1, 1), imported.episode(1, 1)
     np.testing.assert_array_equal(left["observation.state"], right["observation.state"])
     assert right[IMAGE].dtype == np.uint8 and right[IMAGE].shape == left[IMAGE].shape
@@ -84,7 +85,7 @@ def test_a_foreign_dataset_without_robot_id_becomes_one_shard(tmp_path):
     dataset.finalize()
 
     store = FleetStore.open(import_lerobot(tmp_path / "tiny", tmp_path / "out", progress=False))
-    assert store.robots == [0] and store.num_episodes_of(0) == 2 and store.verify() == []
+    assert store.robots == [0] and store.num_episodes_of(0) == 2 and verify_store(store) == []
     assert store.features == {name: {**f, "shape": list(f["shape"])} for name, f in features.items()}
     for index, episode in enumerate(episodes):
         length = len(episode["action"])
@@ -102,7 +103,7 @@ def test_without_the_sidecar_robot_id_still_splits_the_shards(fleet, exported, t
     shutil.copytree(exported, root)
     (root / SIDECAR).unlink()
     original, imported = FleetStore.open(fleet), FleetStore.open(import_lerobot(root, tmp_path / "out", progress=False))
-    assert imported.robots == [0, 1] and imported.verify() == []
+    assert imported.robots == [0, 1] and verify_store(imported) == []
     for robot in imported.robots:
         assert imported.num_episodes_of(robot) == 2
         info = imported.episode_info(robot, 1)
