@@ -1,7 +1,7 @@
 """Training steps per second of LeRobot's ACT: our train/bc.py against ``lerobot-train``.
 
 Both train the same ``ACTPolicy`` (lerobot's class, the ``small`` sizes of
-train/lerobot_policies.py, chunk 16, 8 action steps, VAE on) on the same
+train/policies/lerobot_policies.py, chunk 16, 8 action steps, VAE on) on the same
 data with the same batch size, one process each, on the machine's device (CUDA where
 there is one, else the CPU):
 
@@ -46,7 +46,7 @@ from collect import CollectConfig
 from collect.engine import run_collection
 from dataset import FleetStore
 from dataset.lerobot_io import export_lerobot
-from train.lerobot_policies import SMALL
+from train.policies.lerobot_policies import SMALL
 
 REPO = Path(__file__).resolve().parent.parent
 HORIZON, N_ACTION_STEPS = 16, 8

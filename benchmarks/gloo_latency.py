@@ -11,10 +11,10 @@ one the size of the default mlp's gradients (~100 k float32):
 - ``exchange``: each rank ``isend``s its tensor to the other and ``irecv``s the other's
   (``batch_isend_irecv``), then adds: the same sum for 2 ranks, built from point-to-point;
 - ``all_gather``, ``broadcast`` and ``barrier``, for scale;
-- ``shm``: ``train.shm_all_reduce.SharedMemoryAllReduce.all_reduce_``, the transport of
+- ``shm``: ``train.comm.shm_all_reduce.SharedMemoryAllReduce.all_reduce_``, the transport of
   bc.py's default comm hook between CPU ranks on one host (``shm``), which the training
   thread runs itself (left out where the ranks cannot share memory);
-- ``ring``: ``train.socket_ring.SocketRing.all_reduce_``, the transport of the ``ring``
+- ``ring``: ``train.comm.socket_ring.SocketRing.all_reduce_``, the transport of the ``ring``
   comm hook (the default across hosts), also run by the training thread.
 
 It reports the mean, median and 90th percentile of the calls (rank 0's, pooled over
@@ -44,8 +44,8 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.common import TORCHRUN_ENV, benchmark_parser, machine_facts, publish, python_command, realtime_permitted
-from train.shm_all_reduce import SharedMemoryAllReduce
-from train.socket_ring import SocketRing
+from train.comm.shm_all_reduce import SharedMemoryAllReduce
+from train.comm.socket_ring import SocketRing
 
 SIZES = {"10 floats": 10, "mlp gradients (100k floats)": 100_000}
 SCALE_OPERATIONS = ("all_gather", "broadcast", "barrier")  # the table gives only their mean

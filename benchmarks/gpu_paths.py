@@ -35,7 +35,7 @@ from benchmarks.train_speed import measured_windows, start_training, window_figu
 from collect import CollectConfig
 from collect.engine import run_collection
 from train.checkpoint import load_policy
-from train.comm_hooks import COMM_HOOKS
+from train.comm.comm_hooks import COMM_HOOKS
 
 # name: (data: "state" or "image", under torchrun, bc.py options)
 VARIANTS = {

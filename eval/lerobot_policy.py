@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from train.augment import images_to_model
-from train.policy import IMAGE_PREFIX
+from train.policies.policy import IMAGE_PREFIX
 
 POLICY_FILES = ("config.json", "model.safetensors")
 SIDECAR = Path("meta") / "robofleet.json"  # written beside an export by dataset/lerobot_io.py

@@ -26,7 +26,7 @@ from sim.cli import one_line
 from sim.fleet import RobotProfile, episode_seed, make_robot
 from sim.tasks import resolve_task
 from train.checkpoint import checkpoint_dir, load_policy, newest_intact_checkpoint, read_checkpoint
-from train.policy import IMAGE_PREFIX
+from train.policies.policy import IMAGE_PREFIX
 
 SEED_STREAM = "evaluate"
 

@@ -9,7 +9,7 @@
 4. ``evaluate`` of the scripted expert, our run and lerobot-train's ``pretrained_model``,
    on the same robots and held-out seeds.
 
-Both train LeRobot's ``ACTPolicy`` at the same sizes (``train/lerobot_policies.SMALL``),
+Both train LeRobot's ``ACTPolicy`` at the same sizes (``train/policies/lerobot_policies.SMALL``),
 chunk (16, 8 executed), batch, steps and peak learning rate. Each keeps its own schedule:
 ours warms up and decays along a cosine, lerobot-train's ACT preset holds the rate
 constant. Training time is the wall-clock of the training command, start-up included.

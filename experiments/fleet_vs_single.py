@@ -191,7 +191,8 @@ def main(argv: list[str] | None = None) -> dict:
         fail(f"--single-robot {config.single_robot} is not in {data} (robots {store.robots})")
 
     results = {}
-    with dask_client(config, preload=("train.fedavg",)) as client:  # one cluster for federated training and evaluation
+    # one cluster for federated training and evaluation
+    with dask_client(config, preload=("train.fed.fedavg",)) as client:
         scheduler = client.scheduler.address
         for method, training in training_commands(config, data, out, scheduler).items():
             seconds[method] = run_step(method, training, out / f"{method}.log")

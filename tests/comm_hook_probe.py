@@ -3,7 +3,7 @@
     torchrun --nproc_per_node=2 tests/comm_hook_probe.py OUT_DIR
 
 Every rank backpropagates its own batch through a small MLP wrapped in DDP (small buckets,
-so a backward sends several) with each hook of ``train.comm_hooks`` (``auto`` is ``shm``
+so a backward sends several) with each hook of ``train.comm.comm_hooks`` (``auto`` is ``shm``
 here, so it is left out), three times (PowerSGD compresses from its second step on).
 Rank 0 writes OUT_DIR/hooks.json: per hook, the largest error against the exact mean,
 the largest gradient, and whether all ranks ended with the same gradients. The DDP is
@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from train.comm_hooks import COMM_HOOKS, UnlabelledDistributedDataParallel, register_comm_hook
+from train.comm.comm_hooks import COMM_HOOKS, UnlabelledDistributedDataParallel, register_comm_hook
 
 
 def flat_gradients(module: torch.nn.Module) -> torch.Tensor:

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from sim.cli import parse_config
-from train.fedavg import ClientJob, ClientUpdate, train_client
-from train.federated_config import FederatedConfig
+from train.fed.fedavg import ClientJob, ClientUpdate, train_client
+from train.fed.federated_config import FederatedConfig
 
 QUICK = ["--hidden", "32", "32", "--batch-size", "16", "--workers", "1", "--quiet"]
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from train.compression import INT8_BLOCK, dequantize_int8, quantize_int8
+from train.comm.compression import INT8_BLOCK, dequantize_int8, quantize_int8
 
 
 def test_int8_round_trip_is_within_half_a_step_per_block():

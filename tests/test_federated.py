@@ -15,11 +15,11 @@ from dataset import FleetStore
 from dataset.stats import fleet_stats
 from federated_helpers import QUICK, configure, metrics
 from train.checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint, load_policy
-from train.fedavg import ClientUpdate, flatten, train_client, weighted_average
+from train.fed.fedavg import ClientUpdate, flatten, train_client, weighted_average
+from train.fed.federated_config import FederatedConfig
+from train.fed.rounds import RoundResult, sample_clients
 from train.federated import FLEET_HEAD, Server, main, run_federated
-from train.federated_config import FederatedConfig
-from train.policy import policy_spec
-from train.rounds import RoundResult, sample_clients
+from train.policies.policy import policy_spec
 
 
 def server_for(config: FederatedConfig) -> Server:

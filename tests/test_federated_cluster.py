@@ -20,7 +20,7 @@ from train.federated import main, run_federated
 def scheduler_address():
     with dask_cluster(workers=2) as address:
         with Client(address) as client:
-            client.run(importlib.import_module, "train.fedavg")  # torch loaded before the first deadline starts
+            client.run(importlib.import_module, "train.fed.fedavg")  # torch loaded before the first deadline starts
         yield address
 
 

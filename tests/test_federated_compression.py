@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from train.compression import INT8_BLOCK, decode_update, densify, encode_update, payload_bytes, topk_sparsify
+from train.comm.compression import INT8_BLOCK, decode_update, densify, encode_update, payload_bytes, topk_sparsify
 
 
 def an_update(seed: int, size: int = 5 * INT8_BLOCK + 3) -> torch.Tensor:

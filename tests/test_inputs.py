@@ -13,7 +13,7 @@ from collect_helpers import REPO, subprocess_env
 from train.augment import images_to_model, random_shift
 from train.checkpoint import load_checkpoint, load_policy
 from train.config import TrainConfig
-from train.policy import policy_spec
+from train.policies.policy import policy_spec
 from train_helpers import metrics, train
 
 PRIVILEGED = "observation.environment_state"
@@ -84,7 +84,7 @@ def test_random_shift_is_a_crop_of_the_edge_padded_image():
 def test_augmentation_runs_in_training_mode_only(camera_fleet):
     from dataset import FleetStore
     from dataset.stats import fleet_stats
-    from train.policy import make_policy
+    from train.policies.policy import make_policy
 
     store = FleetStore.open(camera_fleet)
     spec = policy_spec(TrainConfig(policy="cnn", colour_jitter=0.3), store.features)

@@ -9,7 +9,7 @@ from dataset.episodes import select_episodes
 from dataset.stats import fleet_stats
 from dataset.windows import FleetWindowDataset, WindowSpec
 from train.config import TrainConfig
-from train.policy import Normalizer, PolicySpec, make_policy, policy_spec
+from train.policies.policy import Normalizer, PolicySpec, make_policy, policy_spec
 
 
 def tiny_mlp() -> torch.nn.Module:

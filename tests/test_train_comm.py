@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from collect_helpers import REPO
-from train.comm_hooks import bf16_all_reduce_error, resolve_comm_hook
+from train.comm.comm_hooks import bf16_all_reduce_error, resolve_comm_hook
 from train_helpers import metrics, train, train_env
 
 PROBE = REPO / "tests" / "comm_hook_probe.py"
@@ -23,7 +23,7 @@ def test_comm_hooks_average_gradients_within_their_precision(tmp_path):
     Tolerances, relative to the largest gradient g: none, shm and ring are exact up to float rounding;
     fp16 keeps 11 significant bits and bf16 8 (one rounding each way: 2^-10 and 2^-7 of g);
     int8 is within half a quantisation step at the coarsest block scale, g / 254 (the
-    bound train/compression.py guarantees per rank, so also for their mean); PowerSGD is a
+    bound train/comm/compression.py guarantees per rank, so also for their mean); PowerSGD is a
     low-rank approximation: finite, and the same on every rank. Every hook must leave the
     ranks with identical gradients.
     """

@@ -2,7 +2,7 @@
 
     torchrun --nproc_per_node=3 tests/transport_probe.py {ring,shm} OUT_DIR
 
-``ring`` is ``train.socket_ring.SocketRing``, ``shm`` ``train.shm_all_reduce.SharedMemoryAllReduce``
+``ring`` is ``train.comm.socket_ring.SocketRing``, ``shm`` ``train.comm.shm_all_reduce.SharedMemoryAllReduce``
 (with 4 KiB slots, so the larger tensors go through in pieces). Each rank fills tensors of
 several sizes (fewer elements than ranks included) and dtypes with values of its own, sums
 them (and averages them: ``scale=1/world_size``) with the transport and with gloo, and rank
@@ -28,9 +28,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-import train.shm_all_reduce as shm
-from train.comm_hooks import register_comm_hook
-from train.socket_ring import SocketRing
+import train.comm.shm_all_reduce as shm
+from train.comm.comm_hooks import register_comm_hook
+from train.comm.socket_ring import SocketRing
 
 SIZES = (1, 2, 1000, 100_003)
 DTYPES = (torch.float32, torch.float64, torch.bfloat16)

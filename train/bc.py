@@ -5,7 +5,7 @@
 
 DDP is detected from the environment torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK);
 the backend follows the device: nccl on GPU, gloo on CPU. Gradients travel through the
-comm hook of --comm-hook (train/comm_hooks.py). Rank 0 alone logs (train/monitor.py:
+comm hook of --comm-hook (train/comm/comm_hooks.py). Rank 0 alone logs (train/monitor.py:
 progress lines, RUN/metrics.jsonl with the data-wait, compute and communication times,
 TensorBoard, optional Weights & Biases, RUN/training_curve.png) and writes checkpoints.
 A run resumes from RUN/checkpoints/last unless --no-resume (from the newest older one
@@ -37,11 +37,11 @@ from dataset.windows import FleetWindowDataset, WindowSpec
 from sim.cli import code_version, fail, parse_config
 from train.checkpoint import (EVALUATION_KEYS, latest_checkpoint, newest_intact_checkpoint, restore_rng_state,
                               rng_state, save_checkpoint)
-from train.comm_hooks import UnlabelledDistributedDataParallel, register_comm_hook
+from train.comm.comm_hooks import UnlabelledDistributedDataParallel, register_comm_hook
 from train.config import TrainConfig
 from train.data import open_training_store
 from train.monitor import Monitor, StepTimer, sync_efficiency
-from train.policy import make_policy, policy_spec
+from train.policies.policy import make_policy, policy_spec
 from train.schedule import adamw, learning_rate_factor, scaled_learning_rate
 
 RESUME_KEYS = (*EVALUATION_KEYS, "optimizer", "scheduler", "rng", "epoch")  # what a resume reads

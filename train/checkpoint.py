@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from sim.cli import one_line, warn
-from train.policy import Policy, PolicySpec, make_policy
+from train.policies.policy import Policy, PolicySpec, make_policy
 
 LAST = "last"
 EVALUATION_KEYS = ("policy_spec", "model", "stats", "features", "task", "step")  # what a checkpoint always holds

@@ -1,8 +1,8 @@
 """The training configs: dataclasses whose fields are the command-line options.
 
-``PolicyOptions`` are the options that pick and size the policy (``train/policy.py``'s
+``PolicyOptions`` are the options that pick and size the policy (``train/policies/policy.py``'s
 ``policy_spec`` reads them); ``TrainConfig`` (``train/bc.py``) and ``FederatedConfig``
-(``train/federated_config.py``) both extend it, so the two commands build policies alike.
+(``train/fed/federated_config.py``) both extend it, so the two commands build policies alike.
 They both extend ``DataOptions`` too, the options about the fleet store they read.
 """
 
@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sim.cli import check_choices, check_options
-from train.comm_hooks import COMM_HOOKS
-from train.policy import INPUTS
+from train.comm.comm_hooks import COMM_HOOKS
+from train.policies.policy import INPUTS
 
-VISION_BACKBONES = ("small", "resnet18")  # train/vision.py
-LEROBOT_SIZES = ("small", "default")  # train/lerobot_policies.py
+VISION_BACKBONES = ("small", "resnet18")  # train/policies/vision.py
+LEROBOT_SIZES = ("small", "default")  # train/policies/lerobot_policies.py
 
 
 def check_run_directory(out: str) -> None:
@@ -100,7 +100,7 @@ class TrainConfig(PolicyOptions, DataOptions):
     ema_decay: float = field(default=0.0, metadata={
         "help": "EMA of the weights with this decay, e.g. 0.999 (0: off); evaluation and val loss use the EMA"})
     threads: int = field(default=0, metadata={"help": "torch threads per rank (0: torch's default)"})
-    # communication between ranks (train/comm_hooks.py)
+    # communication between ranks (train/comm/comm_hooks.py)
     comm_hook: str = field(default="auto", metadata={
         "help": "how DDP sends gradients: auto (shm between CPU ranks on one host, ring across hosts, none on GPU), "
                 "none (DDP's float32 all-reduce), shm or ring (ours, CPU), fp16, bf16, powersgd or int8"})

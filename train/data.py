@@ -7,7 +7,7 @@ from collect.shard import store_name
 from dataset import FleetStore
 from sim.cli import fail, warn
 from train.config import TrainConfig
-from train.federated_config import FederatedConfig
+from train.fed.federated_config import FederatedConfig
 
 NAMED = 5  # missing stores named in a message; the rest are counted
 

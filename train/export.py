@@ -29,7 +29,7 @@ import torch
 
 from sim.cli import fail
 from train.checkpoint import load_policy
-from train.policy import Normalizer, module_key
+from train.policies.policy import Normalizer, module_key
 
 EXPORTABLE = ("act", "diffusion")
 

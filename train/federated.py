@@ -9,7 +9,7 @@ task that trains the current global policy on that robot's episodes only and sen
 back its delta, compressed on request (``--compression int8|topk``); the server
 averages the deltas weighted by sample count (FedAvg) and steps by ``--server-lr``,
 with ``--server-momentum`` along a momentum of those averages (FedAvgM; see
-train/fedavg.py). With ``--personal robot|site`` the policy's head stays with the
+train/fed/fedavg.py). With ``--personal robot|site`` the policy's head stays with the
 robot (or is shared within its site) and only the rest is averaged across the fleet;
 ``--personal-after K`` keeps the head shared by the whole fleet for the first K rounds
 and splits it from there, so every personal head starts from a fleet-trained one.
@@ -19,7 +19,7 @@ mean of its robots' fits). A head trained during the rounds was fitted to the we
 its robot had moved to, not to the average the server then made of them.
 
 A round waits ``--deadline`` seconds for its clients; failed and late ones are left out
-(train/rounds.py). If fewer than ``--min-completed`` of them finish, the round is tried
+(train/fed/rounds.py). If fewer than ``--min-completed`` of them finish, the round is tried
 again with a fresh sample, up to ``--round-attempts`` times, and then the run stops
 (exit 3) with the last good checkpoint kept.
 
@@ -51,14 +51,14 @@ from dataset.episodes import select_episodes
 from dataset.stats import fleet_stats
 from sim.cli import code_version, fail, parse_config, progress_bar
 from train.checkpoint import latest_checkpoint, newest_intact_checkpoint, rng_state, save_checkpoint
-from train.compression import decode_update, payload_bytes
+from train.comm.compression import decode_update, payload_bytes
 from train.data import open_training_store
-from train.fedavg import (ClientJob, ClientUpdate, State, average_states, flatten, shared_keys, train_client,
-                          unflatten, weighted_average)
-from train.federated_config import FederatedConfig
+from train.fed.fedavg import (ClientJob, ClientUpdate, State, average_states, flatten, shared_keys, train_client,
+                              unflatten, weighted_average)
+from train.fed.federated_config import FederatedConfig
+from train.fed.rounds import RoundResult, run_clients, sample_clients
 from train.monitor import keep_records
-from train.policy import PolicySpec, make_policy, policy_spec
-from train.rounds import RoundResult, run_clients, sample_clients
+from train.policies.policy import PolicySpec, make_policy, policy_spec
 from train.schedule import learning_rate_factor
 
 FLEET_HEAD = "fleet"  # the heads' group before they split (--personal-after)
@@ -72,7 +72,7 @@ def state_bytes(state: State | None) -> int:
 class Server:
     """The fleet's server: the global weights, what it keeps for each robot, and how a round changes them.
 
-    ``weights`` is the flat vector of shared weights (train/fedavg.py). ``heads`` maps a
+    ``weights`` is the flat vector of shared weights (train/fed/fedavg.py). ``heads`` maps a
     personal group (a robot id, or a site name) to its head. ``residuals`` holds each
     robot's top-k error-feedback residual: a robot's own state, which a real robot would
     keep on board; clients here are stateless dask tasks, so the server keeps it for them,
@@ -319,7 +319,7 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
 
     with contextlib.ExitStack() as stack:
         try:
-            client = stack.enter_context(dask_client(config, preload=("train.fedavg",),
+            client = stack.enter_context(dask_client(config, preload=("train.fed.fedavg",),
                                                      show_dashboard=not config.quiet))
         except ValueError as error:  # an unreachable --scheduler
             fail(str(error))

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from sim.cli import check_choices, check_options
-from train.compression import COMPRESSIONS
+from train.comm.compression import COMPRESSIONS
 from train.config import DataOptions, PolicyOptions, check_run_directory
 
 PERSONAL_MODES = ("none", "robot", "site")

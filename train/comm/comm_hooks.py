@@ -9,8 +9,8 @@ still running. A communication hook replaces that all-reduce of float32 buckets:
 - ``shm`` and ``ring``: ours, CPU only (``cpu_all_reduce_hook``): the training thread
   sums the float32 bucket itself, which skips gloo's thread hand-offs: on small CPU
   machines those, not the bytes, are what an all-reduce costs. ``shm`` goes through a
-  memory segment all ranks map (``train/shm_all_reduce.py``; ranks on one x86-64 host),
-  ``ring`` is a ring all-reduce over direct TCP sockets (``train/socket_ring.py``; any
+  memory segment all ranks map (``train/comm/shm_all_reduce.py``; ranks on one x86-64 host),
+  ``ring`` is a ring all-reduce over direct TCP sockets (``train/comm/socket_ring.py``; any
   hosts). Both block the backward pass for their bucket, which costs nothing when the
   model fits in one bucket (the default mlp); with several buckets they give up
   overlapping them with the backward, which on CPU ranks sharing their cores saves
@@ -25,7 +25,7 @@ still running. A communication hook replaces that all-reduce of float32 buckets:
   steps use a plain all-reduce, as torch recommends. On gloo each bucket is finished
   before the next starts (see ``in_bucket_order``).
 - ``int8``: ours (``int8_compress_hook``), because torch's quantization hooks are broken:
-  each rank quantises its bucket with ``train.compression.quantize_int8`` (int8 codes plus
+  each rank quantises its bucket with ``train.comm.compression.quantize_int8`` (int8 codes plus
   one float32 scale per 1024 values, about a quarter of the bytes), the ranks all-gather
   codes and scales, and every rank dequantises and averages them.
 """
@@ -37,9 +37,9 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.nn.parallel import DistributedDataParallel
 
 from sim.cli import one_line
-from train.compression import dequantize_int8, quantize_int8
-from train.shm_all_reduce import SharedMemoryAllReduce
-from train.socket_ring import SocketRing
+from train.comm.compression import dequantize_int8, quantize_int8
+from train.comm.shm_all_reduce import SharedMemoryAllReduce
+from train.comm.socket_ring import SocketRing
 
 COMM_HOOKS = ("auto", "none", "shm", "ring", "fp16", "bf16", "powersgd", "int8")
 

@@ -1,7 +1,7 @@
 """An all-reduce through shared memory, for ranks on one host: the transport of the ``shm`` comm hook.
 
-This is the default between CPU ranks that share a host (``train/comm_hooks.py``); the
-socket ring (``train/socket_ring.py``) serves ranks on several hosts.
+This is the default between CPU ranks that share a host (``train/comm/comm_hooks.py``); the
+socket ring (``train/comm/socket_ring.py``) serves ranks on several hosts.
 
 Why: between two ranks of a small VM, what the socket ring's all-reduce costs is not the
 bytes but waking the rank that waits for its neighbour's bytes (0.26 ms for 0.4 MB, where

@@ -24,8 +24,8 @@ What a policy sees is its ``inputs`` (``INPUTS``), saved in its spec: ``state`` 
 ``observation.state`` and every camera; ``cameras`` is the images alone;
 ``state+cameras`` is everything, a privileged upper bound for the image policies.
 
-The kinds (``POLICIES``): ``mlp`` (here), ``cnn`` (train/vision.py), and LeRobot's
-``act`` and ``diffusion`` (train/lerobot_policies.py). ``policy_spec`` picks a kind's
+The kinds (``POLICIES``): ``mlp`` (here), ``cnn`` (train/policies/vision.py), and LeRobot's
+``act`` and ``diffusion`` (train/policies/lerobot_policies.py). ``policy_spec`` picks a kind's
 inputs from a store's features; ``make_policy`` builds it.
 """
 
@@ -51,10 +51,10 @@ INPUTS = {  # --inputs -> (vector features it takes, whether it takes the camera
     "state+cameras": (STATE_FEATURES, True),
 }
 POLICIES = {  # kind -> "module:class", imported when used (lerobot takes seconds to import)
-    "mlp": "train.policy:MLPPolicy",
-    "cnn": "train.vision:CNNPolicy",
-    "act": "train.lerobot_policies:ACTAdapter",
-    "diffusion": "train.lerobot_policies:DiffusionAdapter",
+    "mlp": "train.policies.policy:MLPPolicy",
+    "cnn": "train.policies.vision:CNNPolicy",
+    "act": "train.policies.lerobot_policies:ACTAdapter",
+    "diffusion": "train.policies.lerobot_policies:DiffusionAdapter",
 }
 
 

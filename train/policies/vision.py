@@ -23,7 +23,7 @@ import torchvision
 from torch import nn
 
 from train.config import VISION_BACKBONES
-from train.policy import MLPPolicy, PolicySpec, is_image, module_key
+from train.policies.policy import MLPPolicy, PolicySpec, is_image, module_key
 
 EMBED = 64  # features per camera and frame
 

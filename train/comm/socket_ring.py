@@ -1,6 +1,6 @@
 """A ring all-reduce over direct TCP sockets, run on the thread that needs the result.
 
-This is the transport of the ``ring`` comm hook (``train/comm_hooks.py``), the default
+This is the transport of the ``ring`` comm hook (``train/comm/comm_hooks.py``), the default
 between CPU ranks.
 
 Why not gloo's all-reduce there: gloo hands each call from the training thread to one of

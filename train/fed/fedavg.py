@@ -32,9 +32,9 @@ from dataset import FleetStore
 from dataset.episodes import select_episodes
 from dataset.loader import make_dataloader
 from dataset.windows import FleetWindowDataset, WindowSpec
-from train.compression import encode_update
-from train.federated_config import FederatedConfig
-from train.policy import PolicySpec, make_policy
+from train.comm.compression import encode_update
+from train.fed.federated_config import FederatedConfig
+from train.policies.policy import PolicySpec, make_policy
 from train.schedule import adamw
 
 State = dict[str, torch.Tensor]
@@ -111,7 +111,7 @@ class ClientUpdate:
     samples: int  # training windows: the FedAvg weight
     loss: float  # mean local training loss over the round's steps
     steps: int
-    payload: dict  # train.compression.encode_update of (client - global) shared weights: the upload
+    payload: dict  # train.comm.compression.encode_update of (client - global) shared weights: the upload
     head: State | None
     residual: torch.Tensor | None
     seconds: float

@@ -27,7 +27,7 @@ import numpy as np
 from distributed import Client, wait
 
 from sim.cli import one_line
-from train.fedavg import ClientJob, ClientUpdate
+from train.fed.fedavg import ClientJob, ClientUpdate
 
 log = logging.getLogger(__name__)
 
