@@ -12,7 +12,7 @@ import sys
 
 from collect.config import CollectConfig
 from collect.engine import run_collection
-from sim.cli import fail, parse_config
+from sim.shared import fail, parse_config
 
 INTERRUPTED_EXIT = 130
 

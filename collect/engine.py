@@ -28,8 +28,8 @@ from collect.manifest import check_output, create_output, write_manifest
 from collect.schema import features_of
 from collect.shard import store_bytes, store_name
 from collect.worker import PROGRESS_TOPIC, RobotJob, RobotReport, collect_robot_on_worker
-from sim.cli import code_version, progress_bar
 from sim.fleet import make_fleet
+from sim.shared import code_version, progress_bar
 from sim.tasks import resolve_task
 
 TASK_RETRIES = 2

@@ -1,15 +1,14 @@
 """OUT/manifest.json and the checks made before anything is written to OUT.
 
-The manifest is rewritten atomically (temp file + ``os.replace``) at the start and
-at the end of every run, so it always parses. Its per-robot counts are the stores'
-committed episodes (read from disk, or reported by the task that just closed the store),
-never what a run meant to do.
+The manifest is rewritten atomically (``sim.shared.write_json_atomic``: temp file +
+``os.replace``) at the start and at the end of every run, so it always parses. Its
+per-robot counts are the stores' committed episodes (read from disk, or reported by the
+task that just closed the store), never what a run meant to do.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 from datetime import datetime, timezone
@@ -19,20 +18,11 @@ from typing import Iterable
 from collect.config import CollectConfig
 from collect.shard import SCHEMA_VERSION, read_progress, store_name
 from collect.worker import RobotReport
-from sim.cli import code_version
 from sim.fleet import RobotProfile
+from sim.shared import code_version, write_json_atomic
 from sim.tasks import TaskSpec
 
 MANIFEST = "manifest.json"
-
-
-def write_json_atomic(path: Path, content: dict) -> None:
-    """Write JSON so that readers see the old file or the new one, never half of one."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(handle, "w") as file:
-        json.dump(content, file, indent=2)
-        file.write("\n")
-    os.replace(temporary, path)
 
 
 def read_manifest(directory: Path) -> dict | None:

@@ -21,7 +21,7 @@ import numpy as np
 from collect.shard import store_bytes
 from dataset.fleet_store import FleetStore
 from dataset.stats import fleet_stats
-from sim.cli import fail, parse_subcommand
+from sim.shared import fail, parse_subcommand
 
 CORRUPT_EXIT = 1
 

@@ -33,11 +33,11 @@ from lerobot.datasets.lerobot_dataset import LeRobotDataset
 from lerobot.datasets.utils import DEFAULT_FEATURES
 from lerobot.datasets.video_utils import decode_video_frames
 
-from collect.manifest import write_json_atomic, write_store_manifest
+from collect.manifest import write_store_manifest
 from collect.shard import EpisodeRecord, ShardWriter, storage_dtype, store_name
 from dataset.fleet_store import FleetStore
-from sim.cli import code_version, progress_bar
 from sim.fleet import SITES
+from sim.shared import code_version, progress_bar, write_json_atomic
 
 SIDECAR = "meta/robofleet.json"
 SIDECAR_VERSION = 1

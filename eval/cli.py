@@ -16,7 +16,7 @@ import sys
 from eval.config import EvalConfig
 from eval.engine import run_evaluation
 from eval.report import format_comparison, format_table
-from sim.cli import fail, parse_config
+from sim.shared import fail, parse_config
 
 INTERRUPTED_EXIT = 130
 

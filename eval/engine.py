@@ -22,7 +22,7 @@ from eval.plan import EvalPlan, make_plan
 from eval.report import comparison, evaluation_tables
 from eval.rollout import RobotJob, evaluate_robot
 from eval.video import pick_video_episodes
-from sim.cli import code_version, progress_bar
+from sim.shared import code_version, progress_bar
 
 
 def make_jobs(config: EvalConfig, plan: EvalPlan, video_dir: Path) -> list[RobotJob]:

@@ -24,7 +24,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display on workers and CI
 import matplotlib.pyplot as plt  # noqa: E402
 
-from collect.manifest import write_json_atomic  # noqa: E402
+from sim.shared import write_json_atomic  # noqa: E402
 
 EVAL_INFO = "eval_info.json"
 SITE_COLOURS = {"office": "tab:orange", "warehouse": "tab:brown", "factory": "tab:blue"}

@@ -22,8 +22,8 @@ from dataset import FleetStore
 from dataset.chunks import DataError, read_rows
 from eval.config import EvalConfig
 from eval.lerobot_policy import LeRobotAgent, describe_lerobot_policy, is_lerobot_pretrained
-from sim.cli import one_line
 from sim.fleet import RobotProfile, episode_seed, make_robot
+from sim.shared import one_line
 from sim.tasks import resolve_task
 from train.checkpoint import checkpoint_dir, load_policy, newest_intact_checkpoint, read_checkpoint
 from train.policies.policy import IMAGE_PREFIX

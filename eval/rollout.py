@@ -30,8 +30,8 @@ import torch
 
 from eval.lerobot_policy import LeRobotAgent, is_lerobot_pretrained
 from eval.video import write_mp4
-from sim.cli import one_line
 from sim.fleet import RobotProfile
+from sim.shared import one_line
 from sim.tasks import TaskSpec, resolve_task
 from train.checkpoint import load_policy
 

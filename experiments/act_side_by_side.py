@@ -32,8 +32,8 @@ from benchmarks.act_vs_lerobot import lerobot_command, lerobot_env, ours_command
 from benchmarks.common import machine_facts, write_results
 from experiments.common import write_section
 from experiments.full_run import StageClock, finished_evaluation, percent, seeds_of, trained_step
-from sim.cli import check_options, parse_config
 from sim.fleet import SITES
+from sim.shared import check_options, parse_config
 
 NAME = "act_side_by_side"
 

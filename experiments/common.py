@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from sim.cli import fail
+from sim.shared import fail
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -40,8 +40,8 @@ from collect.shard import store_bytes
 from dataset import FleetStore
 from eval import EvalConfig, run_evaluation
 from experiments.common import REPO, run_step, write_section
-from sim.cli import fail, parse_config
 from sim.fleet import SITES
+from sim.shared import fail, parse_config
 from train.checkpoint import load_checkpoint, load_policy
 
 METHODS = ("single", "central", "fedavg", "personal")

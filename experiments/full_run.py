@@ -42,8 +42,8 @@ from pathlib import Path
 
 from benchmarks.common import machine_facts, write_results
 from experiments.common import REPO, repo_relative, run_step, write_section
-from sim.cli import check_options, parse_config
 from sim.fleet import SITES
+from sim.shared import check_options, parse_config
 from train.checkpoint import latest_checkpoint, load_checkpoint
 
 SETTINGS = {  # the defaults of each setting; per-task ones are dicts (a task not named gets the largest value)

@@ -34,8 +34,8 @@ from dataset.loader import make_dataloader
 from dataset.windows import FleetWindowDataset, WindowSpec
 from eval import EvalConfig, run_evaluation
 from experiments.common import write_section
-from sim.cli import fail, parse_config
 from sim.fleet import SITES
+from sim.shared import fail, parse_config
 from train.checkpoint import latest_checkpoint, load_checkpoint, load_policy, save_checkpoint
 from train.schedule import adamw
 

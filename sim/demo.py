@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from sim.cli import fail, parse_config, progress_bar
 from sim.fleet import episode_seed, make_fleet
 from sim.rollout import run_episode
+from sim.shared import fail, parse_config, progress_bar
 from sim.tasks import resolve_task
 
 

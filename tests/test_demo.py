@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sim.cli import parse_config
+from sim.shared import parse_config
 
 
 def _demo(*arguments):

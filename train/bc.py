@@ -28,13 +28,12 @@ import torch
 import torch.distributed as dist
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from collect.manifest import write_json_atomic
 from dataset.chunks import DataError, data_error_line
 from dataset.episodes import select_episodes, split_episodes
 from dataset.loader import make_dataloader
 from dataset.stats import fleet_stats
 from dataset.windows import FleetWindowDataset, WindowSpec
-from sim.cli import code_version, fail, parse_config
+from sim.shared import code_version, fail, parse_config, write_json_atomic
 from train.checkpoint import (EVALUATION_KEYS, latest_checkpoint, newest_intact_checkpoint, restore_rng_state,
                               rng_state, save_checkpoint)
 from train.comm.comm_hooks import UnlabelledDistributedDataParallel, register_comm_hook

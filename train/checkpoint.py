@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sim.cli import one_line, warn
+from sim.shared import one_line, warn
 from train.policies.policy import Policy, PolicySpec, make_policy
 
 LAST = "last"

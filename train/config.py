@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sim.cli import check_choices, check_options
+from sim.shared import check_choices, check_options
 from train.comm.comm_hooks import COMM_HOOKS
 from train.policies.policy import INPUTS
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collect.manifest import MANIFEST
 from collect.shard import store_name
 from dataset import FleetStore
-from sim.cli import fail, warn
+from sim.shared import fail, warn
 from train.config import TrainConfig
 from train.fed.federated_config import FederatedConfig
 

@@ -44,12 +44,11 @@ import numpy as np
 import torch
 
 from collect.engine import dask_client
-from collect.manifest import write_json_atomic
 from dataset import FleetStore
 from dataset.chunks import DataError
 from dataset.episodes import select_episodes
 from dataset.stats import fleet_stats
-from sim.cli import code_version, fail, parse_config, progress_bar
+from sim.shared import code_version, fail, parse_config, progress_bar, write_json_atomic
 from train.checkpoint import latest_checkpoint, newest_intact_checkpoint, rng_state, save_checkpoint
 from train.comm.compression import decode_update, payload_bytes
 from train.data import open_training_store

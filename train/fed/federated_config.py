@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from sim.cli import check_choices, check_options
+from sim.shared import check_choices, check_options
 from train.comm.compression import COMPRESSIONS
 from train.config import DataOptions, PolicyOptions, check_run_directory
 

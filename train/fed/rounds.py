@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from distributed import Client, wait
 
-from sim.cli import one_line
+from sim.shared import one_line
 from train.fed.fedavg import ClientJob, ClientUpdate
 
 log = logging.getLogger(__name__)

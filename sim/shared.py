@@ -1,4 +1,8 @@
-"""Dataclass configs with command-line overrides, shared by every stage's commands.
+"""The helpers every stage's commands share: configs from the command line, one-line errors and
+warnings, progress bars, the code version, atomic JSON files.
+
+It lives in sim/, the bottom layer, so that every later stage (collect, dataset, train,
+eval) and the benchmarks and experiments can import it.
 
 Each field of a config dataclass becomes a ``--field-name`` option with the field's
 default, its type and the help text from ``field(metadata={"help": ...})``. Booleans
@@ -7,7 +11,9 @@ become ``--flag`` / ``--no-flag`` pairs; tuples take several values. A field wit
 
 Commands with subcommands (``dataset info PATH``) give each subcommand its own
 config dataclass: see ``parse_subcommand``. The commands' progress bars come from
-``progress_bar``, their one-line errors from ``fail`` (and warnings from ``warn``).
+``progress_bar``, their one-line errors from ``fail`` (and warnings from ``warn``); the
+files they rewrite in place (manifests, config.json, caches) are written by
+``write_json_atomic``; ``code_version`` is what they record as the code that ran.
 """
 
 from __future__ import annotations
@@ -16,8 +22,11 @@ import argparse
 import dataclasses
 import functools
 import importlib.metadata
+import json
+import os
 import subprocess
 import sys
+import tempfile
 import types
 import typing
 from pathlib import Path
@@ -159,3 +168,12 @@ def code_version() -> str:
     except (OSError, subprocess.SubprocessError):
         return version
     return f"{version}+{commit}" if commit else version
+
+
+def write_json_atomic(path: Path, content: dict) -> None:
+    """Write JSON so that readers see the old file or the new one, never half of one."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(handle, "w") as file:
+        json.dump(content, file, indent=2)
+        file.write("\n")
+    os.replace(temporary, path)
