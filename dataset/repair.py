@@ -60,7 +60,9 @@ def repair_store(path: str | Path, workers: int = 1, quiet: bool = False,
     fields = CollectConfig.__dataclass_fields__
     original = {key: value for key, value in manifest["collect_config"].items() if key in fields}
     config = CollectConfig(**{**original, "out": str(path), "workers": workers, "quiet": quiet, "scheduler": None,
-                              "overwrite": False})
+                              "overwrite": False,
+                              # the last collect run may have named fewer robots than the store holds
+                              "robots": max(original.get("robots", 1), max(robots) + 1)})
     listed = manifest.get("robots", {})
     attempts = {robot: listed[str(robot)]["episodes"] + listed[str(robot)]["failed"] if str(robot) in listed
                 else config.episodes for robot in robots}
