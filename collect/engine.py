@@ -27,7 +27,7 @@ from collect.config import CollectConfig
 from collect.manifest import check_output, create_output, write_manifest
 from collect.schema import features_of
 from collect.shard import store_bytes, store_name
-from collect.worker import PROGRESS_TOPIC, RobotJob, RobotReport, collect_robot_on_worker
+from collect.worker import PROGRESS_TOPIC, Actor, RobotJob, RobotReport, collect_robot_on_worker
 from sim.fleet import make_fleet
 from sim.shared import code_version, progress_bar
 from sim.tasks import resolve_task
@@ -164,11 +164,13 @@ class _Progress:
         self.bar.close()
 
 
-def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None = None) -> CollectionSummary:
+def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None = None,
+                   actor: Actor | None = None) -> CollectionSummary:
     """Collect every robot's missing episodes into ``config.out``; resumable.
 
     ``robot_episodes`` (robot id -> episodes attempted) limits the work to those robots of the
-    fleet, each with its own count: what ``dataset verify --repair`` recollects.
+    fleet, each with its own count: what ``dataset verify --repair`` recollects. ``actor``
+    acts instead of the task's expert (``collect.worker.Actor``; DAgger's rounds).
     """
     spec = resolve_task(config.task)
     fleet = make_fleet(config.robots, config.seed)
@@ -180,10 +182,10 @@ def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None 
     out = Path(config.out)
     check_output(out, config, features)
     attrs = {"task": spec.name, "env_id": spec.env_id, "fps": fps, "code_version": code_version(),
-             "data_config": config.data_config()}
+             "data_config": config.data_config(), **({"lineage": actor.lineage} if actor else {})}
     jobs = [
         RobotJob(str(out / store_name(p.robot_id)), p.to_dict(), config.task, config.seed, targets[p.robot_id],
-                 config.cameras, config.image_size, config.keep_failures, config.flush_frames, attrs)
+                 config.cameras, config.image_size, config.keep_failures, config.flush_frames, attrs, actor)
         for p in fleet if p.robot_id in targets
     ]
 
@@ -193,7 +195,8 @@ def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None 
         started = time.perf_counter()
         settled = {robot_id: count for robot_id, count in create_output(out, config).items() if robot_id in targets}
         progress = _Progress(sum(targets.values()), settled, config.quiet)
-        write_manifest(out, config, spec, features, fps, fleet)
+        lineage = actor.lineage if actor else None
+        write_manifest(out, config, spec, features, fps, fleet, lineage=lineage)
         client.subscribe_topic(PROGRESS_TOPIC, progress.on_event)
         futures = [client.submit(collect_robot_on_worker, job, retries=TASK_RETRIES, pure=False) for job in jobs]
         try:
@@ -203,7 +206,7 @@ def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None 
             client.cancel(futures)
             client.unsubscribe_topic(PROGRESS_TOPIC)
             progress.close()
-            write_manifest(out, config, spec, features, fps, fleet, reports)
+            write_manifest(out, config, spec, features, fps, fleet, reports, lineage=lineage)
         wall_seconds = time.perf_counter() - started
     cluster_seconds = time.perf_counter() - entered - wall_seconds
 

@@ -87,11 +87,12 @@ def _robot_entry(site: str | None, episodes: int, frames: int, failed: int) -> d
 
 
 def write_manifest(out: Path, config: CollectConfig, spec: TaskSpec, features: dict, fps: int,
-                   fleet: list[RobotProfile], reports: Iterable[RobotReport] = ()) -> None:
+                   fleet: list[RobotProfile], reports: Iterable[RobotReport] = (), lineage: dict | None = None) -> None:
     """(Re)write OUT/manifest.json of a collection from the stores that are on disk now.
 
     ``reports`` of robots whose tasks just finished give their counts without reading
-    their stores again (about 3 ms a store).
+    their stores again (about 3 ms a store). ``lineage`` (where the data came from, when
+    not the task's expert) is kept as it is.
     """
     known = {report.robot_id: _robot_entry(report.site, report.kept, report.frames, report.failed)
              for report in reports}
@@ -100,7 +101,8 @@ def write_manifest(out: Path, config: CollectConfig, spec: TaskSpec, features: d
     write_store_manifest(out, task=task, fps=fps, features=features,
                          seed=config.seed, data_config=config.data_config(),
                          collect_config={**config.__dict__, "cameras": list(config.cameras)},
-                         sites={profile.robot_id: profile.site for profile in fleet}, known=known)
+                         sites={profile.robot_id: profile.site for profile in fleet}, known=known,
+                         **({"lineage": lineage} if lineage else {}))
 
 
 def write_store_manifest(out: Path, *, task: dict, fps: int, features: dict, seed: int | None, data_config: dict,

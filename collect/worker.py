@@ -8,7 +8,7 @@ a killed worker carries on), and reports progress as dask events.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -26,6 +26,24 @@ PROGRESS_INTERVAL = 0.5
 
 
 @dataclass(frozen=True)
+class Actor:
+    """Who acts in place of the task's scripted expert, and how its episodes are seeded.
+
+    ``make(profile)`` runs in the worker (so it must pickle) and returns an agent with
+    ``reset(seed)``, ``__call__(observation)``, the action executed, and optionally
+    ``label(observation)``, the action recorded (DAgger in train/distill.py: the student
+    drives, the teacher labels). Episodes draw their seeds from ``seed_stream`` and
+    ``seed_round`` (``sim.fleet.episode_seed``); ``lineage`` says where the data came from
+    and is kept in the manifest and on every shard.
+    """
+
+    make: Callable
+    seed_stream: str = "collect"
+    seed_round: int = 0
+    lineage: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class RobotJob:
     """Everything a worker needs to collect one robot's episodes (plain, picklable data)."""
 
@@ -39,6 +57,7 @@ class RobotJob:
     keep_failures: bool
     flush_frames: int
     attrs: dict  # stored on the shard: task, env id, fps, code version, data config
+    actor: Actor | None = None  # None: the task's scripted expert
 
 
 @dataclass
@@ -67,7 +86,8 @@ def collect_robot(job: RobotJob, report_progress: Callable[[int, int], None] | N
     profile = RobotProfile.from_dict(job.profile)
     spec = resolve_task(job.task)
     env = spec.make_env(profile, cameras=job.cameras, image_size=job.image_size)
-    expert = spec.make_expert(profile)
+    actor = job.actor or Actor(spec.make_expert)
+    agent = actor.make(profile)
     features = features_of(env)
     steps = 0
     with ShardWriter(job.store_path, {**job.attrs, "profile": job.profile}, features) as shard:
@@ -77,8 +97,9 @@ def collect_robot(job: RobotJob, report_progress: Callable[[int, int], None] | N
         for index in range(job.episodes):
             if index in settled:
                 continue
-            seed = episode_seed(job.fleet_seed, profile.robot_id, index)
-            episode = run_episode(env, expert, seed, reset_policy=expert.reset, record=True)
+            seed = episode_seed(job.fleet_seed, profile.robot_id, index, actor.seed_stream, actor.seed_round)
+            episode = run_episode(env, agent, seed, reset_policy=agent.reset, record=True,
+                                  label=getattr(agent, "label", None))
             steps += episode.length
             if episode.success or job.keep_failures:
                 pending.append(EpisodeRecord(index, seed, episode.success, to_features(episode.frames, features)))

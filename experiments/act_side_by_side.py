@@ -31,7 +31,7 @@ from pathlib import Path
 from benchmarks.act_vs_lerobot import lerobot_command, lerobot_env, ours_command
 from benchmarks.common import machine_facts, write_results
 from experiments.common import write_section
-from experiments.full_run import StageClock, finished_evaluation, percent, seeds_of, trained_step
+from experiments.full_run import StageClock, evaluate_command, finished_evaluation, percent, seeds_of, trained_step
 from sim.fleet import SITES
 from sim.shared import check_options, parse_config
 
@@ -58,12 +58,6 @@ class SideBySideConfig:
     def __post_init__(self):
         check_options(self, ("robots", "episodes", "steps", "batch_size", "lerobot_workers", "eval_robots",
                              "eval_episodes", "workers"), lambda value: value >= 1, "must be at least 1")
-
-
-def evaluate_command(config: SideBySideConfig, agent: list[str], out: Path) -> list[str]:
-    return [sys.executable, "-m", "eval.cli", *agent, "--task", config.task, "--robots", str(config.eval_robots),
-            "--episodes", str(config.eval_episodes), "--seed", str(config.seed), "--workers", str(config.workers),
-            "--out", str(out), "--overwrite", "--quiet"]
 
 
 def lerobot_step(output_dir: Path) -> int | None:
@@ -130,7 +124,8 @@ def main(argv: list[str] | None = None) -> dict:
     for name, agent in agents.items():
         evaluation = out / f"eval_{name}"
         if finished_evaluation(evaluation, None, episodes) is None:
-            clock.run(f"{name} evaluate", f"{name} evaluate", evaluate_command(config, agent, evaluation),
+            clock.run(f"{name} evaluate", f"{name} evaluate",
+                      evaluate_command(config, [*agent, "--task", config.task], evaluation),
                       out / f"{name}.eval.log")
         infos[name] = finished_evaluation(evaluation, None, episodes)
     if len({tuple(seeds_of(info)) for info in infos.values()}) != 1:

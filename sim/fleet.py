@@ -152,14 +152,16 @@ def default_profile() -> RobotProfile:
     return make_robot(0, 0)
 
 
-SEED_STREAMS = {"collect": 0, "evaluate": 1, "demo": 2}
+SEED_STREAMS = {"collect": 0, "evaluate": 1, "demo": 2, "dagger": 3}
 
 
-def episode_seed(fleet_seed: int, robot_id: int, episode: int, stream: str = "collect") -> int:
+def episode_seed(fleet_seed: int, robot_id: int, episode: int, stream: str = "collect", round: int = 0) -> int:
     """The reset seed of one episode: a pure function of fleet seed, robot, index and purpose.
 
-    Different streams (collection, evaluation, the demo) never share seeds by accident,
-    so evaluation runs on episodes the policy was not trained on.
+    Different streams (collection, evaluation, the demo, DAgger's rollouts) never share
+    seeds by accident, so evaluation runs on episodes the policy was not trained on.
+    ``round`` numbers repeated collections of one stream (DAgger's rounds, from 1).
     """
-    sequence = np.random.SeedSequence([fleet_seed, robot_id, episode, SEED_STREAMS[stream]])
+    entropy = [fleet_seed, robot_id, episode, SEED_STREAMS[stream], *([round] if round else [])]
+    sequence = np.random.SeedSequence(entropy)
     return int(sequence.generate_state(1, dtype=np.uint32)[0])

@@ -25,12 +25,16 @@ def run_episode(
     seed: int,
     reset_policy: Callable[[int], None] | None = None,
     record: bool = False,
+    label: Callable[[dict], np.ndarray] | None = None,
 ) -> Episode:
     """Reset ``env`` and the policy with ``seed`` and step until termination or truncation.
 
     With ``record=True`` the episode's frames are returned as arrays stacked in time:
     every observation key, ``action`` (the action taken after that observation),
-    ``next.reward`` and ``next.success``.
+    ``next.reward`` and ``next.success``. With ``label``, the recorded action is
+    ``label(observation)`` instead, clipped to the action space, while ``policy``'s action
+    is the one executed (DAgger: a student drives, a teacher names the action it should
+    have taken).
     """
     observation, info = env.reset(seed=seed)
     if reset_policy is not None:
@@ -44,7 +48,8 @@ def run_episode(
         success, length = bool(info["is_success"]), length + 1
         if record:
             observations.append(observation)
-            actions.append(action)
+            actions.append(action if label is None else np.clip(label(observation), env.action_space.low,
+                                                                 env.action_space.high).astype(np.float32))
             rewards.append(reward)
             successes.append(success)
         observation = next_observation

@@ -10,20 +10,22 @@ QUICK = ["--batch-size", "32", "--log-interval", "5", "--val-interval", "10", "-
          "--warmup-steps", "5", "--hidden", "64", "64", "--lr", "3e-3"]
 
 
-def train_command(*arguments, ranks: int = 1, launcher_options: tuple[str, ...] = ()) -> list[str]:
+def train_command(*arguments, ranks: int = 1, launcher_options: tuple[str, ...] = (), script: str = "bc.py"
+                  ) -> list[str]:
     launcher = [sys.executable]
     if ranks > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}", *launcher_options]
-    return [*launcher, str(REPO / "train" / "bc.py"), *QUICK, *map(str, arguments)]
+    return [*launcher, str(REPO / "train" / script), *QUICK, *map(str, arguments)]
 
 
 def train_env() -> dict:
     return {**subprocess_env(), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
-def train(*arguments, ranks: int = 1) -> subprocess.CompletedProcess:
-    return subprocess.run(train_command(*arguments, ranks=ranks), capture_output=True, text=True, env=train_env(),
-                          cwd=REPO, timeout=600)
+def train(*arguments, ranks: int = 1, script: str = "bc.py") -> subprocess.CompletedProcess:
+    """``train/SCRIPT`` (bc.py, distill.py) with ``QUICK``'s settings and ``arguments``, run to the end."""
+    return subprocess.run(train_command(*arguments, ranks=ranks, script=script), capture_output=True, text=True,
+                          env=train_env(), cwd=REPO, timeout=600)
 
 
 def metrics(run) -> list[dict]:

@@ -22,6 +22,7 @@ import gc
 import math
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -55,24 +56,47 @@ def mean_over_ranks(values: dict[str, float], device: torch.device) -> dict[str,
     return dict(zip(values, (tensor / dist.get_world_size()).tolist()))
 
 
+def on_device(batch: dict[str, torch.Tensor], device: torch.device, labeller=None) -> dict[str, torch.Tensor]:
+    """A loader's batch moved to ``device``, then passed through ``labeller`` where there is one."""
+    batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
+    return labeller(batch) if labeller is not None else batch
+
+
 @torch.no_grad()
-def validation_loss(model: torch.nn.Module, loader, device: torch.device) -> float:
+def validation_loss(model: torch.nn.Module, loader, device: torch.device, labeller=None) -> float:
     model.eval()
-    losses = [model({k: v.to(device) for k, v in batch.items()}).item() for batch in loader]
+    losses = [model(on_device(batch, device, labeller)).item() for batch in loader]
     model.train()
     return mean_over_ranks({"val_loss": sum(losses) / max(1, len(losses))}, device)["val_loss"]
 
 
-def run_training(config: TrainConfig) -> None:
-    """Train (or carry on training) the policy of ``config`` in ``config.out``: the whole of bc.py."""
+def join_process_group(timeout: timedelta | None = None) -> torch.device:
+    """This rank's device (its GPU, else the CPU), with the process group joined unless it already is:
+    nccl on GPU, gloo on CPU, ``timeout`` for its collectives (default torch's)."""
+    local_rank = int(os.environ["LOCAL_RANK"])
+    device = torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timeout)
+    return device
+
+
+def run_training(config: TrainConfig, labeller=None, until: int | None = None) -> None:
+    """Train (or carry on training) the policy of ``config`` in ``config.out``: the whole of bc.py.
+
+    A ``labeller`` makes it distillation (train/distill.py): ``labeller.stores`` are more fleet
+    stores to train on, all their episodes; ``labeller.window(spec)`` is the window the loader
+    reads for a policy of ``spec``; ``labeller(batch)`` turns each batch, on the device, into
+    the policy's inputs and the actions it is to learn. ``until`` stops at that step instead
+    of ``config.max_steps`` (which still shapes the learning-rate schedule).
+    """
     # ----- processes and devices ---------------------------------------------------------------
     ddp = "RANK" in os.environ
+    owns_process_group = ddp and not dist.is_initialized()  # else the caller's (train/distill.py)
+    until = until or config.max_steps
     if ddp:
-        local_rank = int(os.environ["LOCAL_RANK"])
-        device = torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        device = join_process_group()
         rank, world_size = dist.get_rank(), dist.get_world_size()
     else:
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -97,8 +121,10 @@ def run_training(config: TrainConfig) -> None:
             stats = fleet_stats(store)
     except DataError as error:
         fail(str(error))
+    stores = [store, *(labeller.stores if labeller else [])]
     try:
         episodes = select_episodes(store, robots=config.robots or None, sites=config.sites or None)
+        episodes += [e for e in select_episodes(stores, success=None) if e.store > 0]
     except DataError as error:
         fail(str(error))
     train_episodes, val_episodes = split_episodes(episodes, config.val_fraction, seed=config.seed)
@@ -109,13 +135,14 @@ def run_training(config: TrainConfig) -> None:
     except ValueError as error:
         fail(str(error))
     config.inputs = spec.inputs  # auto resolved: the saved config records what the policy sees
-    window = WindowSpec.of(spec.n_obs_steps, spec.horizon, [*spec.features, "action"], spec.action_start)
+    window = labeller.window(spec) if labeller else WindowSpec.of(spec.n_obs_steps, spec.horizon,
+                                                                  [*spec.features, "action"], spec.action_start)
     try:  # too few windows for the batch size or the ranks is a one-line error
-        train_loader = make_dataloader(FleetWindowDataset(store, train_episodes, window, mode=config.mode),
+        train_loader = make_dataloader(FleetWindowDataset(stores, train_episodes, window, mode=config.mode),
                                        batch_size=config.batch_size, seed=config.seed)
         val_loader = None
         if val_episodes:
-            val_loader = make_dataloader(FleetWindowDataset(store, val_episodes, window, mode=config.mode),
+            val_loader = make_dataloader(FleetWindowDataset(stores, val_episodes, window, mode=config.mode),
                                          batch_size=config.batch_size, shuffle=False, drop_last=False)
     except ValueError as error:
         fail(str(error))
@@ -215,7 +242,7 @@ def run_training(config: TrainConfig) -> None:
               f"comm hook {config.comm_hook if ddp else 'none (one process)'}, "
               f"ema {config.ema_decay or 'off'}"
               + (f"; {sync_batchnorm_layers} SyncBatchNorm layers" if sync_batchnorm_layers else "")
-              + (f"; resumed from step {step}" if resumed else ""))
+              + (f"; resumed from step {step}" if resumed else "") + (f"; {labeller}" if labeller else ""))
     monitor = Monitor(run, config, start_step=step) if master else None
     timer = StepTimer(policy, device)
 
@@ -223,7 +250,7 @@ def run_training(config: TrainConfig) -> None:
     first_step = step
     window_loss, window_steps = 0.0, 0  # the logged loss is the mean over the log window
     batches = iter(train_loader)
-    while step < config.max_steps:
+    while step < until:
         optimizer.zero_grad(set_to_none=not ddp)  # under DDP, zeroed in place: the gradients stay bucket views
         step_loss = 0.0
         for micro_step in range(config.grad_accum):
@@ -235,7 +262,7 @@ def run_training(config: TrainConfig) -> None:
                 batch = next(batches)
             except DataError as error:  # a chunk that streaming mode found damaged or missing
                 fail(data_error_line(error))
-            batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
+            batch = on_device(batch, device, labeller)
             timer.fetch_done()
             # Gradients are all-reduced once per step: on the last micro-step, not on the ones before.
             last_micro_step = micro_step == config.grad_accum - 1
@@ -266,7 +293,7 @@ def run_training(config: TrainConfig) -> None:
         window_loss, window_steps = window_loss + step_loss, window_steps + 1
 
         record = {}
-        if step % config.log_interval == 0 or step == config.max_steps:
+        if step % config.log_interval == 0 or step == until:
             window = mean_over_ranks({"loss": window_loss / window_steps, **timer.window()}, device)
             window_loss, window_steps = 0.0, 0
             busy = window["data_wait_s"] + window["compute_s"] + window["communication_s"]
@@ -275,12 +302,12 @@ def run_training(config: TrainConfig) -> None:
                       "data_wait_s": window["data_wait_s"], "compute_s": window["compute_s"],
                       "communication_s": window["communication_s"],
                       "sync_efficiency": sync_efficiency(window["compute_s"], window["communication_s"])}
-        if val_loader is not None and (step % config.val_interval == 0 or step == config.max_steps):
+        if val_loader is not None and (step % config.val_interval == 0 or step == until):
             with autocast():
-                record = {"step": step, **record, "val_loss": validation_loss(evaluated, val_loader, device)}
+                record = {"step": step, **record, "val_loss": validation_loss(evaluated, val_loader, device, labeller)}
         if master and record:
             monitor.log(record)
-        if master and (step % config.checkpoint_interval == 0 or step == config.max_steps):
+        if master and (step % config.checkpoint_interval == 0 or step == until):
             save(step)
 
     # ----- the end -------------------------------------------------------------------------------------
@@ -297,11 +324,12 @@ def run_training(config: TrainConfig) -> None:
         # ("terminate called without an active exception"; rarely, but then torchrun reports a failed run).
         del model
         gc.collect()
-        dist.destroy_process_group()
+        if owns_process_group:
+            dist.destroy_process_group()
     if master:
         monitor.close()
         print(f"done: {run / 'checkpoints' / 'last'}" if step > first_step
-              else f"nothing to do: {run} is trained to step {step} (--max-steps {config.max_steps})")
+              else f"nothing to do: {run} is trained to step {step} (of {until})")
 
 
 def main(argv: list[str] | None = None) -> None:

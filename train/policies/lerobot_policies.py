@@ -144,6 +144,10 @@ class DiffusionAdapter(LeRobotAdapter):
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.lerobot_policy(self.normalised_batch(batch))[0]
 
+    @property
+    def chunk_length(self) -> int:
+        return self.spec.n_action_steps
+
     @torch.no_grad()
     def predict_chunk(self, observations: dict[str, torch.Tensor], noise: torch.Tensor | None = None) -> torch.Tensor:
         """``n_action_steps`` actions from the current frame; ``noise`` [B, horizon, A] fixes the starting sample."""

@@ -180,6 +180,11 @@ class Policy(nn.Module):
         observation windows [B, n_obs_steps, ...]."""
         raise NotImplementedError
 
+    @property
+    def chunk_length(self) -> int:
+        """How many actions ``predict_chunk`` returns."""
+        return self.spec.horizon
+
     def head_keys(self) -> list[str]:
         """The state-dict keys of the output head: what personalised federated learning keeps per robot."""
         raise NotImplementedError(f"{type(self).__name__} does not name its head")
