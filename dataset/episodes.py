@@ -44,11 +44,13 @@ def select_episodes(
     sites: Iterable[str] | None = None,
     tasks: Iterable[str] | None = None,
     success: bool | None = True,
+    per_robot: int | None = None,
 ) -> list[EpisodeRef]:
     """Committed episodes that pass every filter (``None`` lets everything through).
 
     ``success=True`` (the default) keeps only successful demonstrations, which matters
-    for stores collected with ``--keep-failures``.
+    for stores collected with ``--keep-failures``. ``per_robot`` keeps each robot's first
+    that many episodes (in shard order) of those that pass the other filters.
     """
     stores = [stores] if isinstance(stores, FleetStore) else list(stores)
     robots, sites, tasks = _as_set(robots), _as_set(sites), _as_set(tasks)
@@ -63,8 +65,12 @@ def select_episodes(
             seeds = read_rows(shard, "meta/episode_seed", 0, shard.num_episodes)
             successes = read_rows(shard, "meta/episode_success", 0, shard.num_episodes)
             starts = np.concatenate([[0], shard.episode_ends[:-1]])
+            kept = 0
             for index, (start, end) in enumerate(zip(starts, shard.episode_ends)):
+                if per_robot is not None and kept == per_robot:
+                    break
                 if success is None or bool(successes[index]) == success:
+                    kept += 1
                     selected.append(EpisodeRef(store_index, robot_id, index, int(start), int(end), int(seeds[index]),
                                                site, task, bool(successes[index])))
     return selected

@@ -100,6 +100,11 @@ def test_selection_by_robot_site_and_success(tmp_path):
         {r for r in range(3) if make_robot(r).site == site}
     assert select_episodes(store, tasks=["pick_place"]) == []
     assert {e.task for e in everything} == {"coin"}  # the spec name, as stored in the shard attrs
+    capped = select_episodes(store, per_robot=2)  # each robot's first two successes, failures skipped
+    for robot in range(3):
+        assert [e.index for e in capped if e.robot_id == robot] == \
+            [e.index for e in successes if e.robot_id == robot][:2]
+    assert [e.index for e in select_episodes(store, robots=[1], success=None, per_robot=4)] == [0, 1, 2, 3]
 
 
 def test_the_train_val_split_is_deterministic_disjoint_and_complete(pick_place_fleet):

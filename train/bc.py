@@ -123,7 +123,8 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
         fail(str(error))
     stores = [store, *(labeller.stores if labeller else [])]
     try:
-        episodes = select_episodes(store, robots=config.robots or None, sites=config.sites or None)
+        episodes = select_episodes(store, robots=config.robots or None, sites=config.sites or None,
+                                   per_robot=config.episodes_per_robot or None)
         episodes += [e for e in select_episodes(stores, success=None) if e.store > 0]
     except DataError as error:
         fail(str(error))

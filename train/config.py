@@ -76,6 +76,8 @@ class TrainConfig(PolicyOptions, DataOptions):
     out: str = field(default="runs/bc", metadata={"help": "run directory: config, metrics, checkpoints"})
     sites: tuple[str, ...] = field(default=(), metadata={"help": "train on these sites only (default: all)"})
     robots: tuple[int, ...] = field(default=(), metadata={"help": "train on these robots only (default: all)"})
+    episodes_per_robot: int = field(default=0, metadata={
+        "help": "train on each robot's first N successful episodes only (0: all of them)"})
     val_fraction: float = field(default=0.1, metadata={"help": "episodes held out for validation"})
     mode: str = field(default="memory", metadata={"help": "dataset mode: memory or streaming"})
     batch_size: int = field(default=512, metadata={"help": "windows per rank per micro-step"})
@@ -122,8 +124,8 @@ class TrainConfig(PolicyOptions, DataOptions):
                              "mode": ("memory", "streaming")})
         check_options(self, ("ema_decay", "val_fraction"), lambda value: 0.0 <= value < 1.0, "must be in [0, 1)")
         check_options(self, ("lr", "bucket_cap_mb"), lambda value: value > 0, "must be positive")
-        check_options(self, ("warmup_steps", "weight_decay", "grad_clip"), lambda value: value >= 0,
-                      "must not be negative")
+        check_options(self, ("warmup_steps", "weight_decay", "grad_clip", "episodes_per_robot"),
+                      lambda value: value >= 0, "must not be negative")
         check_options(self, ("threads",), lambda value: value >= 0, "must be 0 (torch's default) or more")
         check_run_directory(self.out)
         self.sites, self.robots = tuple(self.sites), tuple(self.robots)
