@@ -1,0 +1,348 @@
+"""From experiments.compute_scaling's measurements to its results: the fitted transports, each policy's
+costs, the checks against every measured point, the predictions for 1 to ``--max-ranks`` ranks, the
+recorded GPU figures, the scaling chart and the ``scaling_compute`` section of the docs.
+
+``report`` does it all; ``fit_transports``, ``policy_cost`` and ``predictions`` are its parts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from experiments.common import repo_relative, write_section
+from experiments.step_model import (HOOK_TRANSPORT, TRANSPORT_ALGORITHMS, TRANSPORTS, PolicyCost, Setting, Transport,
+                                    break_even_bandwidth, fit_transport, int8_payload_bytes, one_rank_rate,
+                                    powersgd_bytes, predict, scaling_limit, straggler_s)
+from sim.shared import fail
+from train.comm.shm_all_reduce import MAX_SLOT_BYTES
+
+CHECK_TOLERANCE = 0.10  # the goal: every prediction within 10% of its measured point
+NO_NCCL_FIT = ("gpu_paths.json has one rank per run (nccl refuses two ranks on one GPU): no timings across "
+               "ranks or sizes to fit alpha and beta to")
+LIMITATIONS = [
+    "The transports were timed between 2 ranks on one host (loopback TCP, shared memory): f(R) and g(R) come "
+    "from each algorithm, not from measurements at more ranks, and across real hosts alpha and beta are the "
+    "network's. Rerun the sweep there before trusting the ring curves past one host.",
+    "Each rank has its own core. How ranks slow each other on a shared host is measured on this machine's "
+    "cores (two processes at once); a host with more cores shares its caches and memory among more ranks.",
+    "The straggler wait takes the ranks' step times as independent draws from this machine's single steps: "
+    "another machine, or ranks that slow down together, spread differently.",
+    "Not modelled: DDP's own fixed cost per step (the 1-rank DDP check measures it) and any overlap of "
+    "communication with the backward pass.",
+    "shm needs every rank on one host: its curves are for a host with R cores.",
+    "With --grad-accum the optimiser step is counted once per micro-step (an upper bound on compute).",
+]
+
+
+def fit_transports(points: dict[str, list]) -> tuple[dict[str, Transport], dict]:
+    """Each measured transport's fit from its points [ranks, bytes, mean s, median s], and a summary for the JSON."""
+    transports, fits = {}, {}
+    for name, measured in points.items():
+        algorithm, carries = TRANSPORTS[name]
+        transports[name], error = fit_transport(algorithm, [(r, n, mean) for r, n, mean, _ in measured],
+                                                MAX_SLOT_BYTES if name == "shm" else None)
+        fits[name] = {"carries": carries, "algorithm": algorithm, "f_g": TRANSPORT_ALGORITHMS[algorithm][0],
+                      "alpha_s": transports[name].alpha_s, "beta_s_per_byte": transports[name].beta_s_per_byte,
+                      "rms_relative_error": error, "sizes_bytes": [n for _, n, _, _ in measured]}
+    return transports, fits
+
+
+def per_step(run: dict) -> dict[str, float]:
+    """A run's data wait, compute and communication per optimiser step (one rank's)."""
+    return {key: run[f"{key}_s"] / run["steps"] for key in ("data_wait", "compute", "communication")}
+
+
+def policy_cost(measured: dict, bucket_cap_mb: float, powersgd_rank: int) -> PolicyCost:
+    """The costs the model takes from one policy's calibration runs (experiments.compute_scaling.runs)."""
+    plain, shared = per_step(measured["runs"]["1 process"]), per_step(measured["runs"]["2 processes"])
+    return PolicyCost(batch=measured["batch"], data_s=plain["data_wait"], compute_s=plain["compute"],
+                      shapes=tuple(map(tuple, measured["shapes"])), shared_data_s=shared["data_wait"],
+                      shared_compute_s=shared["compute"],
+                      step_times_s=tuple(measured["runs"]["2 processes"]["step_times_s"]),
+                      bucket_cap_bytes=int(bucket_cap_mb * 2 ** 20),
+                      int8_codec_s=per_step(measured["runs"]["1 rank, int8"])["communication"],
+                      int8_decode_s=measured["int8_decode_s"],
+                      powersgd_codec_s=per_step(measured["runs"]["1 rank, powersgd"])["communication"],
+                      powersgd_rank=powersgd_rank)
+
+
+def curve_settings(grad_accum: int, powersgd_rank: int) -> dict[str, Setting]:
+    return {"shm (one host)": Setting("shm"), f"shm, grad-accum {grad_accum}": Setting("shm", grad_accum),
+            "ring": Setting("ring"), f"ring, grad-accum {grad_accum}": Setting("ring", grad_accum),
+            "gloo": Setting("none"), "int8": Setting("int8"), f"powersgd (rank {powersgd_rank})": Setting("powersgd")}
+
+
+def checks(policies: dict, costs: dict[str, PolicyCost], transports: dict[str, Transport]) -> list[dict]:
+    """Every measured DDP run, and the process alone, beside the model's prediction for its setup."""
+    rows = []
+    for policy, cost in costs.items():
+        for name, run in policies[policy]["runs"].items():
+            if run["launch"] == "pair":  # two trainings, not one: nothing of the model's to compare
+                continue
+            setting = Setting(run["hook"] if run["launch"] != "plain" else "shm", run["grad_accum"])
+            predicted = predict(cost, setting, run["ranks"], transports)
+            rows.append({"policy": policy, "point": name, "role": run["role"], "ranks": run["ranks"],
+                         "launch": run["launch"], "hook": setting.hook, "grad_accum": setting.grad_accum,
+                         "measured_samples_per_s": run["samples_per_s"],
+                         "predicted_samples_per_s": predicted["samples_per_s"],
+                         "error": predicted["samples_per_s"] / run["samples_per_s"] - 1,
+                         "measured_sync_efficiency": run["sync_efficiency"],
+                         "predicted_sync_efficiency": predicted["sync_efficiency"],
+                         "measured_communication_s": per_step(run)["communication"],
+                         "predicted_communication_s": predicted["communication_s"],
+                         "predicted_wait_s": predicted["wait_s"], "predicted_transfer_s": predicted["transfer_s"]})
+    return rows
+
+
+def predictions(costs: dict[str, PolicyCost], settings: dict[str, Setting], transports: dict[str, Transport],
+                max_ranks: int) -> dict:
+    """Per policy and setting: samples/s, speedup and sync efficiency at 1, 2, 4, ... ranks, and where it stops."""
+    grid = sorted({2 ** i for i in range(max_ranks.bit_length()) if 2 ** i <= max_ranks} | {max_ranks})
+    result = {}
+    for policy, cost in costs.items():
+        result[policy] = {}
+        for name, setting in settings.items():
+            points = {r: predict(cost, setting, r, transports) for r in grid}
+            for figures in points.values():
+                figures["speedup"] = figures["samples_per_s"] / one_rank_rate(cost)
+            result[policy][name] = {"hook": setting.hook, "grad_accum": setting.grad_accum, "ranks": grid,
+                                    **{key: [points[r][key] for r in grid] for key in
+                                       ("samples_per_s", "speedup", "sync_efficiency", "wait_s", "transfer_s")},
+                                    "stops_at": scaling_limit(points)}
+    return result
+
+
+def gpu_figures(path: Path, costs: dict[str, PolicyCost]) -> dict | None:
+    """The recorded H100 runs per step (batch derived from samples/s), the break-even bandwidth per policy,
+    and the one check they allow: one nccl rank against the same mlp without DDP."""
+    if not path.exists():
+        return None
+    recorded = json.loads(path.read_text())
+    steps = recorded["job"]["steps"] - recorded["job"]["log_interval"]
+
+    def step(figures: dict) -> dict:
+        busy = figures["data_wait_s"] + figures["compute_s"] + figures["communication_s"]
+        return {"batch": round(figures["samples_per_s"] * busy / steps), "samples_per_s": figures["samples_per_s"],
+                **{f"{key}_s": figures[f"{key}_s"] / steps for key in ("data_wait", "compute", "communication")}}
+
+    variants = {name: step(figures) for name, figures in recorded["variants"].items() if figures["ok"]}
+    policies = {policy: variants[policy] for policy in ("mlp", "act", "diffusion") if policy in variants}
+    for policy, figures in policies.items():
+        if policy in costs:
+            figures["break_even_bytes_per_s"] = break_even_bandwidth(costs[policy].gradient_bytes, figures["compute_s"])
+    hooks = {name.removeprefix("mlp ddp comm hook "): figures for name, figures in variants.items()
+             if name.startswith("mlp ddp comm hook ")}
+    check = None
+    if "mlp" in policies and "none" in hooks:  # the model: nccl costs nothing at one rank
+        plain = policies["mlp"]
+        predicted = plain["batch"] / (plain["data_wait_s"] + plain["compute_s"])
+        check = {"measured_samples_per_s": hooks["none"]["samples_per_s"], "predicted_samples_per_s": predicted,
+                 "error": predicted / hooks["none"]["samples_per_s"] - 1}
+    return {"device": recorded["machine"]["device"], "date": recorded["machine"]["date"], "nccl_fit": None,
+            "why_no_fit": NO_NCCL_FIT, "policies": policies, "one_rank_hooks": hooks, "check": check}
+
+
+def plot(path: Path, costs: dict[str, PolicyCost], settings: dict[str, Setting], transports: dict[str, Transport],
+         measured: dict, max_ranks: int) -> None:
+    """Speedup over one process against ranks (log2 axes), the ideal line, a curve per setting and the
+    measured points (speedup over the measured process), one panel per policy."""
+    from matplotlib.figure import Figure  # here: matplotlib takes a second to import
+    from matplotlib.lines import Line2D
+
+    figure = Figure(figsize=(4.6 * len(costs), 5.2), layout="constrained")
+    colours = dict(zip(settings, [f"C{index}" for index in range(len(settings))]))
+    ranks = list(range(1, max_ranks + 1))
+    for axes, (policy, cost) in zip(figure.subplots(1, len(costs), squeeze=False)[0], costs.items()):
+        axes.plot(ranks, ranks, "k--", linewidth=1)
+        for name, setting in settings.items():
+            axes.plot(ranks, [predict(cost, setting, r, transports)["samples_per_s"] / one_rank_rate(cost)
+                              for r in ranks], color=colours[name], linewidth=1.5)
+        runs = measured[policy]["runs"]
+        for run in runs.values():
+            name = next((n for n, s in settings.items() if run["role"] == "check" and s == Setting(run["hook"],
+                         run["grad_accum"]) and (run["hook"] != "shm" or run["launch"] != "loopback")), None)
+            if name:
+                axes.plot(run["ranks"], run["samples_per_s"] / runs["1 process"]["samples_per_s"],
+                          "s" if run["launch"] == "loopback" else "o", color=colours[name], markeredgecolor="black")
+        axes.set_xscale("log", base=2)
+        axes.set_yscale("log", base=2)
+        ticks = [2 ** i for i in range(max_ranks.bit_length()) if 2 ** i <= max_ranks]
+        axes.set_xticks(ticks, [str(t) for t in ticks])
+        axes.set_yticks(ticks, [str(t) for t in ticks])
+        axes.set_title(f"{policy} (batch {cost.batch} per rank)")
+        axes.set_xlabel("ranks")
+        axes.set_ylabel("speedup over one process")
+        axes.grid(alpha=0.3, which="both")
+    handles = [Line2D([], [], color="black", linestyle="--", label="ideal"),
+               *(Line2D([], [], color=colour, label=name) for name, colour in colours.items()),
+               Line2D([], [], marker="o", color="grey", markeredgecolor="black", linestyle="none",
+                      label="measured, one host"),
+               Line2D([], [], marker="s", color="grey", markeredgecolor="black", linestyle="none",
+                      label="measured, 2 agents on loopback")]
+    figure.legend(handles=handles, loc="outside lower center", ncol=min(5, 2 * len(costs)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".png.tmp")
+    figure.savefig(temporary, format="png", dpi=100)
+    os.replace(temporary, path)
+
+
+def stop_text(limit: dict | None, max_ranks: int) -> str:
+    return f"{limit['ranks']} ranks ({limit['reason']})" if limit else f"not by {max_ranks} ranks"
+
+
+def where_it_stops(predicted: dict, max_ranks: int) -> list[str]:
+    """One sentence per policy: where the ring (bc.py's default across hosts) stops, and which settings move
+    that point out or in."""
+    sentences = []
+    for policy, curves in predicted.items():
+        def reach(name: str) -> int:
+            limit = curves[name]["stops_at"]
+            return limit["ranks"] if limit else 2 * max_ranks
+
+        def listed(names: list[str]) -> str:
+            return "; ".join(f"{name}: {stop_text(curves[name]['stops_at'], max_ranks)}"
+                             for name in sorted(names, key=reach, reverse=True))
+        later = [name for name in curves if reach(name) > reach("ring")]
+        earlier = [name for name in curves if reach(name) < reach("ring")]
+        sentences.append(f"{policy}, ring: {stop_text(curves['ring']['stops_at'], max_ranks)}."
+                         + (f" Later: {listed(later)}." if later else "")
+                         + (f" Earlier: {listed(earlier)}." if earlier else ""))
+    return sentences
+
+
+def policy_summary(cost: PolicyCost, max_ranks: int) -> dict:
+    """What the JSON and the docs say of one policy's costs."""
+    return {"batch": cost.batch, "data_s": cost.data_s, "compute_s": cost.compute_s,
+            "shared_data_s": cost.shared_data_s, "shared_compute_s": cost.shared_compute_s,
+            "straggler_s": {str(ranks): straggler_s(cost.step_times_s, ranks) for ranks in (2, max_ranks)},
+            "gradient_bytes": cost.gradient_bytes, "buckets": len(cost.buckets()),
+            "int8_codec_s": cost.int8_codec_s, "int8_decode_s": cost.int8_decode_s,
+            "int8_payload_bytes": sum(map(int8_payload_bytes, cost.bucket_bytes())),
+            "powersgd_codec_s": cost.powersgd_codec_s,
+            "powersgd_bytes": sum(sum(powersgd_bytes(bucket, cost.powersgd_rank)) for bucket in cost.buckets())}
+
+
+def milliseconds(*seconds: float) -> str:
+    return " / ".join(f"{value * 1e3:.2f}" for value in seconds) + " ms"
+
+
+def transport_table(fits: dict) -> list[str]:
+    lines = ["| transport | carries | algorithm | alpha (us) | beta (ns/byte) | bandwidth | sizes | fit rms error |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, fit in fits.items():
+        bandwidth = f"{1e-9 / fit['beta_s_per_byte']:.2f} GB/s" if fit["beta_s_per_byte"] > 0 else "-"
+        lines.append(f"| {name} | {fit['carries']} | {fit['algorithm']}, {fit['f_g']} | {fit['alpha_s'] * 1e6:.1f} | "
+                     f"{fit['beta_s_per_byte'] * 1e9:.3f} | {bandwidth} | {len(fit['sizes_bytes'])} | "
+                     f"{fit['rms_relative_error']:.0%} |")
+    return lines + [f"| nccl | GPUs | ring | - | - | - | 0 | not fitted: {NO_NCCL_FIT} |"]
+
+
+def policy_table(policies: dict, max_ranks: int) -> list[str]:
+    lines = ["Per micro-step, alone on the host / with every core training; straggler wait per step at 2 / "
+             f"{max_ranks} ranks:", "",
+             "| policy | batch per rank | gradients | DDP buckets | data wait | compute | straggler wait | int8 codec "
+             "| int8 decode per rank | PowerSGD codec | PowerSGD sends |", "|---" * 11 + "|"]
+    for policy, cost in policies.items():
+        lines.append(f"| {policy} | {cost['batch']} | {cost['gradient_bytes'] / 1e6:.2f} MB | {cost['buckets']} | "
+                     f"{milliseconds(cost['data_s'], cost['shared_data_s'])} | "
+                     f"{milliseconds(cost['compute_s'], cost['shared_compute_s'])} | "
+                     f"{milliseconds(*cost['straggler_s'].values())} | {milliseconds(cost['int8_codec_s'])} | "
+                     f"{milliseconds(cost['int8_decode_s'])} | {milliseconds(cost['powersgd_codec_s'])} | "
+                     f"{cost['powersgd_bytes'] / 1e6:.3f} MB |")
+    return lines
+
+
+def check_table(rows: list[dict]) -> list[str]:
+    checked = [row for row in rows if row["role"] == "check"]
+    within = sum(abs(row["error"]) <= CHECK_TOLERANCE for row in checked)
+    lines = [f"Checks: {within} of {len(checked)} measured points within {CHECK_TOLERANCE:.0%} of the model "
+             "(calibration rows are runs the model was fitted to). Exposed communication is bc.py's "
+             "(train/monitor.py): under a blocking hook it leaves out the buckets before the last, which it "
+             "counts as compute.", "",
+             "| policy | point | role | measured samples/s | predicted | error | sync eff measured / predicted | "
+             "exposed communication per step: measured / predicted (wait + transfer) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['policy']} | {row['point']} | {row['role']} | {row['measured_samples_per_s']:.0f} | "
+                     f"{row['predicted_samples_per_s']:.0f} | {row['error']:+.1%} | "
+                     f"{row['measured_sync_efficiency']:.2f} / {row['predicted_sync_efficiency']:.2f} | "
+                     f"{milliseconds(row['measured_communication_s'], row['predicted_communication_s'])} "
+                     f"({milliseconds(row['predicted_wait_s'])} + {milliseconds(row['predicted_transfer_s'])}) |")
+    return lines
+
+
+def prediction_table(predicted: dict, max_ranks: int) -> list[str]:
+    ranks = next(iter(next(iter(predicted.values())).values()))["ranks"]
+    lines = ["Predicted speedup over one process / sync efficiency; a curve stops scaling where sync efficiency "
+             "falls under 0.5 or a doubling gains under 10%.", "",
+             "| policy | setting | " + " | ".join(f"R = {r}" for r in ranks) + " | stops at |",
+             "|---|---|" + "---|" * len(ranks) + "---|"]
+    for policy, curves in predicted.items():
+        for name, curve in curves.items():
+            cells = " | ".join(f"{s:.1f}x / {e:.2f}" for s, e in zip(curve["speedup"], curve["sync_efficiency"]))
+            lines.append(f"| {policy} | {name} | {cells} | {stop_text(curve['stops_at'], max_ranks)} |")
+    return lines
+
+
+def gpu_text(gpu: dict, source: str) -> list[str]:
+    lines = [f"On the GPU ({gpu['device']}, `{source}`, {gpu['date']}) nccl is not fitted: {gpu['why_no_fit']}. "
+             "What the figures give is the bandwidth a ring all-reduce needs, latency aside, for sync efficiency "
+             "0.5 at many ranks (2 x gradient bytes / compute per step):", "",
+             "| policy | batch | compute per step | break-even bandwidth |", "|---|---|---|---|"]
+    for policy, figures in gpu["policies"].items():
+        needed = figures.get("break_even_bytes_per_s")
+        lines.append(f"| {policy} | {figures['batch']} | {milliseconds(figures['compute_s'])} | "
+                     + (f"{needed / 1e9:.2f} GB/s |" if needed else "- |"))
+    if gpu["check"]:
+        check = gpu["check"]
+        lines += ["", f"One nccl rank under DDP trains the mlp at {check['measured_samples_per_s']:.0f} samples/s; "
+                  f"the model, which gives nccl no cost at one rank, predicts {check['predicted_samples_per_s']:.0f} "
+                  f"({check['error']:+.0%}): DDP's fixed cost per step, large beside a launch-bound GPU step, is "
+                  "not in it."]
+    return lines
+
+
+def section(config, measurements: dict, results: dict, command: str) -> str:
+    """The markdown of the ``scaling_compute`` section."""
+    machine = measurements["machine"]
+    plot_link = os.path.relpath(Path(config.plot).resolve(), Path(config.docs).resolve().parent)
+    lines = [f"Measured {machine['date']} on {machine['cores']} cores ({machine['device']}), code "
+             f"{machine['code_version']}, on `{measurements['data']}`; one thread per rank.", "", "```bash",
+             command, "```", "", f"![speedup against ranks per policy and setting]({plot_link})", "",
+             "The model (`experiments/step_model.py`): step = k x (data + compute) + wait(R) + transfer(R); "
+             "samples/s = R x k x batch / step; sync efficiency = k x compute / (k x compute + wait + transfer). "
+             "Data wait and compute come from processes without DDP: one alone for one rank, two at once (every "
+             "core busy) from two ranks on. wait(R) is the straggler wait, E[slowest of R steps] - E[one step] over "
+             "the single steps of those two processes (x sqrt(k)); transfer(R) the hook's all-reduce with the "
+             "transports below, once a step, not overlapped with the backward pass.", "",
+             *transport_table(results["fits"]), "", *policy_table(results["policies"], config.max_ranks), "",
+             *check_table(results["checks"]), "", *prediction_table(results["predictions"], config.max_ranks), "",
+             *(f"- {sentence}" for sentence in results["where_it_stops"])]
+    if results["gpu"]:
+        lines += ["", *gpu_text(results["gpu"], repo_relative(config.gpu_results))]
+    return "\n".join(lines + ["", "Limitations:", ""] + [f"- {text}" for text in LIMITATIONS])
+
+
+def report(config, measurements: dict, command: str) -> dict:
+    """Fit, check and predict from ``measurements``; draw ``config.plot`` and write the docs section.
+    Returns the results' part of compute_scaling.json."""
+    transports, fits = fit_transports(measurements["transports"])
+    missing = {HOOK_TRANSPORT[hook] for hook in ("shm", "ring", "none", "int8")} - set(transports)
+    if missing:
+        fail(f"the measurements hold no timings of the {', '.join(sorted(missing))} transport")
+    costs = {policy: policy_cost(measurements["policies"][policy], config.bucket_cap_mb, config.powersgd_rank)
+             for policy in config.policies}
+    settings = curve_settings(config.grad_accum, config.powersgd_rank)
+    predicted = predictions(costs, settings, transports, config.max_ranks)
+    results = {"fits": fits, "policies": {policy: policy_summary(cost, config.max_ranks)
+                                          for policy, cost in costs.items()},
+               "checks": checks(measurements["policies"], costs, transports), "predictions": predicted,
+               "where_it_stops": where_it_stops(predicted, config.max_ranks),
+               "gpu": gpu_figures(Path(config.gpu_results), costs), "plot": config.plot}
+    plot(Path(config.plot), costs, settings, transports, measurements["policies"], config.max_ranks)
+    text = section(config, measurements, results, command)
+    write_section(Path(config.docs), "scaling_compute", "## Compute scaling", text)
+    print(text)
+    return results
