@@ -8,6 +8,10 @@ import pytest
 
 from dataset import FleetStore
 from dataset.verify import verify_store
+from eval.config import EvalConfig
+from eval.engine import make_jobs
+from eval.plan import make_plan
+from eval.rollout import evaluate_robot
 from train import distill
 from train.checkpoint import load_checkpoint, load_policy
 from train_helpers import metrics, train
@@ -32,14 +36,19 @@ def student(pick_place_fleet, teacher, tmp_path_factory):
     return run
 
 
-def test_the_student_learns_the_teachers_actions_and_is_an_ordinary_checkpoint(student, teacher):
+def test_the_student_learns_the_teachers_actions_and_evaluate_runs_it(student, teacher, tmp_path):
     losses = [record["loss"] for record in metrics(student) if "loss" in record and record["step"] <= 30]
     assert losses[-1] < 0.7 * losses[0], losses
     checkpoint = load_checkpoint(student)
     assert checkpoint["step"] == 40 and checkpoint["config"]["teacher"] == str(teacher)
-    policy, _ = load_policy(student)  # what evaluate loads
+    policy, _ = load_policy(student)
     teacher_policy, _ = load_policy(teacher)
     assert sum(p.numel() for p in policy.parameters()) < sum(p.numel() for p in teacher_policy.parameters()) / 10
+
+    config = EvalConfig(checkpoint=str(student), robots=1, episodes=2, out=str(tmp_path / "eval"))
+    plan = make_plan(config)  # evaluate's plan and one robot's rollouts, without starting a dask cluster
+    episodes = evaluate_robot(make_jobs(config, plan, tmp_path / "videos")[0])
+    assert plan.task_name == "pick_place" and len(episodes) == 2 and all(e["error"] is None for e in episodes)
 
 
 def test_a_dagger_round_is_a_valid_store_of_the_teachers_labels_on_the_students_states(student, teacher):

@@ -8,8 +8,9 @@ submits one task per client and waits until all are done or the round's deadline
 passed. Each client ends up in one of three groups:
 
 - *completed*: finished in time; its update goes into the average;
-- *failed*: raised, or its worker died more often than dask reschedules a task
-  (``distributed.scheduler.allowed-failures``); left out of the round;
+- *failed*: raised, its worker died more often than dask reschedules a task
+  (``distributed.scheduler.allowed-failures``), or the scheduler cancelled it (a killed
+  worker can take what a task needs with it: "already forgotten"); left out of the round;
 - *late*: not finished at the deadline; its update is dropped (not applied later
   with a staleness weight), so every delta the server applies was computed from the
   current global weights. The late tasks are cancelled, and the workers still running
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,6 +57,8 @@ def run_clients(client: Client, train: Callable[[ClientJob, np.ndarray], ClientU
         wait(list(futures), timeout=deadline)
     except TimeoutError:
         pass  # whoever is not done now is late
+    except CancelledError:
+        pass  # raised once every task has settled: the cancelled ones failed (below)
 
     result, late = RoundResult(), []
     for future, robot in futures.items():
@@ -65,6 +69,8 @@ def run_clients(client: Client, train: Callable[[ClientJob, np.ndarray], ClientU
                 result.failed[robot] = one_line(error)
         elif future.status == "error":
             result.failed[robot] = one_line(future.exception())
+        elif future.status == "cancelled":
+            result.failed[robot] = "cancelled by the dask scheduler (a worker it depended on died)"
         else:
             late.append(future)
     result.completed.sort(key=lambda update: update.robot_id)
