@@ -55,7 +55,7 @@ SETTINGS = {  # the defaults of each setting; per-task ones are dicts (a task no
     "visuomotor": {"tasks": ("pick_place", "push"), "policies": ("cnn", "act", "diffusion"),
                    "inputs": "proprio+cameras", "cameras": ("front", "wrist"),
                    # pick_place: more data, steps and a weight average than push (0.93 of the expert at 40 x 6000)
-                   "episodes": {"pick_place": 80, "push": 40}, "steps": {"pick_place": 8000, "push": 5000},
+                   "episodes": {"pick_place": 80, "push": 40}, "steps": {"pick_place": 12000, "push": 5000},
                    "ema_decay": {"pick_place": 0.999, "push": 0.0}, "hidden": (256, 256), "batch_size": 64,
                    "videos": 3},
 }
