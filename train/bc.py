@@ -56,16 +56,15 @@ def mean_over_ranks(values: dict[str, float], device: torch.device) -> dict[str,
     return dict(zip(values, (tensor / dist.get_world_size()).tolist()))
 
 
-def on_device(batch: dict[str, torch.Tensor], device: torch.device, labeller=None) -> dict[str, torch.Tensor]:
-    """A loader's batch moved to ``device``, then passed through ``labeller`` where there is one."""
-    batch = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
-    return labeller(batch) if labeller is not None else batch
+def on_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {key: value.to(device, non_blocking=True) for key, value in batch.items()}
 
 
 @torch.no_grad()
 def validation_loss(model: torch.nn.Module, loader, device: torch.device, labeller=None) -> float:
     model.eval()
-    losses = [model(on_device(batch, device, labeller)).item() for batch in loader]
+    labelled = labeller or (lambda batch: batch)
+    losses = [model(labelled(on_device(batch, device))).item() for batch in loader]
     model.train()
     return mean_over_ranks({"val_loss": sum(losses) / max(1, len(losses))}, device)["val_loss"]
 
@@ -263,8 +262,10 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
                 batch = next(batches)
             except DataError as error:  # a chunk that streaming mode found damaged or missing
                 fail(data_error_line(error))
-            batch = on_device(batch, device, labeller)
+            batch = on_device(batch, device)
             timer.fetch_done()
+            if labeller is not None:  # the teacher's forward pass: counted as compute, not as data wait
+                batch = labeller(batch)
             # Gradients are all-reduced once per step: on the last micro-step, not on the ones before.
             last_micro_step = micro_step == config.grad_accum - 1
             with model.no_sync() if ddp and not last_micro_step else contextlib.nullcontext():
