@@ -17,6 +17,7 @@ after the checkpoint's. docs/training.md is the guide.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import math
@@ -124,7 +125,9 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
     try:
         episodes = select_episodes(store, robots=config.robots or None, sites=config.sites or None,
                                    per_robot=config.episodes_per_robot or None)
-        episodes += [e for e in select_episodes(stores, success=None) if e.store > 0]
+        # the labeller's stores, every episode (DAgger's failures too), numbered after --data's store
+        extra = select_episodes(labeller.stores, success=None) if labeller else []
+        episodes += [dataclasses.replace(e, store=e.store + 1) for e in extra]
     except DataError as error:
         fail(str(error))
     train_episodes, val_episodes = split_episodes(episodes, config.val_fraction, seed=config.seed)
