@@ -17,6 +17,9 @@ class EvalConfig:
     out: str = field(default="runs/eval", metadata={"help": "output directory (EVAL)"})
     robot_offset: int = field(default=0, metadata={
         "help": "first robot id; past the training fleet it measures robots never seen in training"})
+    episode_offset: int = field(default=0, metadata={
+        "help": "first held-out episode index per robot: a range past the reported one (e.g. 1000) tunes "
+                "settings such as --n-action-steps without touching the seeds a result is reported on"})
     task: str | None = field(default=None, metadata={"help": "task (default: the checkpoint's; checked against it)"})
     seed: int | None = field(default=None, metadata={
         "help": "fleet seed (default: the training collection's, so robot k is the robot trained on)"})
@@ -37,7 +40,7 @@ class EvalConfig:
         check_options(self, ("robots", "episodes", "batch", "workers"), lambda value: value >= 1, "must be at least 1")
         if self.n_action_steps is not None:
             check_options(self, ("n_action_steps",), lambda value: value >= 1, "must be at least 1")
-        check_options(self, ("robot_offset", "videos"), lambda value: value >= 0, "must be at least 0")
+        check_options(self, ("robot_offset", "episode_offset", "videos"), lambda value: value >= 0, "must be at least 0")
         if self.expert and self.compare:
             raise ValueError("--expert evaluates the expert alone and --compare evaluates both: choose one")
         if self.checkpoint is None and not (self.expert and self.task):

@@ -6,7 +6,8 @@ gives each one its held-out episode seeds. Every problem is a ``ValueError`` wit
 one-line message, raised before a worker starts or a file is written.
 
 **Held-out seeds.** Episode ``i`` of robot ``r`` runs with
-``episode_seed(fleet_seed, r, i, stream="evaluate")``; collection uses the ``collect``
+``episode_seed(fleet_seed, r, i, stream="evaluate")``, i from ``--episode-offset`` (0; a
+range past the reported one is a validation set); collection uses the ``collect``
 stream, so the seeds differ by construction. When the training collection is still on
 disk (the checkpoint records its path), the seeds are also checked against the seeds it
 actually holds (``meta/episode_seed``), and one that was trained on is skipped.
@@ -168,9 +169,10 @@ def trained_seeds(store: FleetStore, robot_id: int) -> set[int]:
     return set(read_rows(shard, "meta/episode_seed", 0, shard.num_episodes).tolist())
 
 
-def held_out_seeds(fleet_seed: int, robot_id: int, episodes: int, exclude: set[int] = frozenset()) -> list[int]:
-    """``episodes`` seeds of the evaluation stream for one robot, skipping any in ``exclude``."""
-    seeds, index = [], 0
+def held_out_seeds(fleet_seed: int, robot_id: int, episodes: int, exclude: set[int] = frozenset(),
+                   first: int = 0) -> list[int]:
+    """``episodes`` seeds of the evaluation stream for one robot from index ``first`` on, skipping any in ``exclude``."""
+    seeds, index = [], first
     while len(seeds) < episodes:
         seed = episode_seed(fleet_seed, robot_id, index, stream=SEED_STREAM)
         if seed not in exclude:
@@ -208,10 +210,13 @@ def make_plan(config: EvalConfig) -> EvalPlan:
 
     same_fleet = store is not None and store.manifest is not None and store.manifest.get("seed") == fleet_seed
     seeds = {p.robot_id: held_out_seeds(fleet_seed, p.robot_id, config.episodes,
-                                        trained_seeds(store, p.robot_id) if same_fleet else set())
+                                        trained_seeds(store, p.robot_id) if same_fleet else set(),
+                                        first=config.episode_offset)
              for p in robots}
     held_out = ("evaluate seed stream, checked against the training collection's seeds" if same_fleet
                 else "evaluate seed stream (disjoint from the collect stream)")
+    if config.episode_offset:
+        held_out += f", episodes from {config.episode_offset} on"
     info = None
     if checkpoint is not None:
         info = {"path": checkpoint_path, "format": checkpoint.get("format", "robofleet"), "step": checkpoint["step"],

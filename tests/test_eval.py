@@ -140,6 +140,15 @@ def test_a_seed_that_was_trained_on_is_skipped():
     assert held_out_seeds(0, 5, 2, exclude={first_three[0]}) == first_three[1:]
 
 
+def test_episode_offset_gives_a_validation_range_disjoint_from_the_reported_seeds(checkpoint):
+    reported = make_plan(EvalConfig(checkpoint=str(checkpoint), robots=2, episodes=3))
+    validation = make_plan(EvalConfig(checkpoint=str(checkpoint), robots=2, episodes=3, episode_offset=1000))
+    for robot in (0, 1):
+        assert validation.seeds[robot] == [episode_seed(0, robot, i, stream="evaluate") for i in range(1000, 1003)]
+        assert not set(validation.seeds[robot]) & set(reported.seeds[robot])
+    assert validation.to_dict()["held_out"].endswith("episodes from 1000 on")
+
+
 def test_robot_offset_evaluates_robots_never_trained_on(checkpoint):
     plan = make_plan(EvalConfig(checkpoint=str(checkpoint), robots=2, robot_offset=3))
     assert [p.robot_id for p in plan.robots] == [3, 4]
@@ -229,9 +238,10 @@ def _not_a_checkpoint(checkpoint, tmp_path):
     (_other_schema, "schema mismatch: the checkpoint's observation.state has shape [21], the env's [20]"),
     (lambda c, t: [], "--checkpoint is required"),
     (lambda c, t: ["--checkpoint", c, "--episodes", "0"], "--episodes must be at least 1"),
+    (lambda c, t: ["--checkpoint", c, "--episode-offset", "-1"], "--episode-offset must be at least 0"),
     (lambda c, t: ["--checkpoint", c, "--n-action-steps", "17"],
      "--n-action-steps 17 is longer than the mlp policy's chunk of 16 actions"),
-], ids=["missing", "truncated", "foreign", "wrong-task", "schema", "no-checkpoint", "bad-option", "long-chunk"])
+], ids=["missing", "truncated", "foreign", "wrong-task", "schema", "no-checkpoint", "bad-option", "bad-offset", "long-chunk"])
 def test_bad_checkpoints_and_options_are_refused(checkpoint, tmp_path, capsys, arguments, message):
     out = tmp_path / "eval"
     with pytest.raises(SystemExit) as exit_info:
