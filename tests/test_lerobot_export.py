@@ -14,6 +14,7 @@ from sim.fleet import make_robot
 from sim.tasks import resolve_task
 from train.augment import images_to_model
 from train.checkpoint import load_policy
+from train.export import main as export_main
 from train_helpers import train
 
 
@@ -62,7 +63,7 @@ def test_an_exported_policy_loads_in_lerobot_and_acts_as_ours(kind, camera_fleet
         observation, *_ = env.step(action)
 
     # evaluate runs the export through lerobot's API (eval/lerobot_policy.py): the same episodes as our run
-    ours, theirs = (run_evaluation(EvalConfig(checkpoint=str(path), task=task, robots=2, episodes=2, batch=1,
+    ours, theirs = (run_evaluation(EvalConfig(checkpoint=str(path), task=task, robots=2, episodes=2, batch=2,
                                               workers=1, out=str(tmp_path / name), quiet=True))
                     for path, task, name in ((run, None, "ours"), (out, "reach", "theirs")))
     assert (ours["checkpoint"]["format"], theirs["checkpoint"]["format"]) == ("robofleet", "lerobot")
@@ -72,16 +73,19 @@ def test_an_exported_policy_loads_in_lerobot_and_acts_as_ours(kind, camera_fleet
     assert [seed for seed, *_ in episodes[0]] == [seed for seed, *_ in episodes[1]]
 
 
-def test_what_cannot_be_exported_is_a_one_line_error(pick_place_fleet, tmp_path):
+def test_what_cannot_be_exported_is_a_one_line_error(pick_place_fleet, tmp_path, capsys):
     run = tmp_path / "mlp"
     assert train("--data", pick_place_fleet, "--out", run, "--max-steps", "2", "--batch-size", "8",
                  "--val-fraction", "0").returncode == 0
-    completed = export(run, tmp_path / "out")
+    completed = export(run, tmp_path / "out")  # the command line, once; the other cases in-process
     assert completed.returncode == 2 and "mlp has no LeRobot counterpart" in completed.stderr
     assert completed.stderr.strip().count("\n") == 0 and not (tmp_path / "out").exists()
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "file").write_text("x")
-    completed = export(run, tmp_path / "taken")
-    assert completed.returncode == 2 and "is not an empty directory" in completed.stderr
-    completed = export(tmp_path / "no_run", tmp_path / "out")
-    assert completed.returncode == 2 and completed.stderr.strip().count("\n") == 0
+    for checkpoint, out, message in ((run, tmp_path / "taken", "is not an empty directory"),
+                                     (tmp_path / "no_run", tmp_path / "out", "")):
+        with pytest.raises(SystemExit) as exited:
+            export_main([str(checkpoint), str(out)])
+        error = capsys.readouterr().err
+        assert exited.value.code == 2 and message in error and error.strip().count("\n") == 0
+    assert not (tmp_path / "out").exists()

@@ -1,26 +1,25 @@
 """benchmarks/train_speed.py runs every setup and writes its JSON and table row (figures are not asserted)."""
 
 import json
+from types import SimpleNamespace
 
 from benchmarks import train_speed
-from benchmarks.common import realtime_permitted
+from benchmarks.common import REALTIME, python_command
 
 
 def test_train_speed_measures_one_and_two_ranks(pick_place_fleet, tmp_path):
     tables = tmp_path / "README.md"
     result = train_speed.main(["--data", str(pick_place_fleet), "--steps", "4", "--log-interval", "2", "--rounds", "1",
-                               "--results-dir", str(tmp_path), "--tables", str(tables),
+                               "--no-realtime", "--results-dir", str(tmp_path), "--tables", str(tables),
                                "--", "--batch-size", "32", "--hidden", "32", "32"])
     scaling = result["mlp_scaling"]
-    # Side by side under the real-time scheduler wherever this user may use it.
-    realtime = {"1r1t_fifo", "2r1t_fifo", "2p1t_fifo"} if realtime_permitted() else set()
-    assert set(scaling["best"]) == {"1r1t", "1r2t", "2r1t", "2p1t"} | realtime
-    assert all(setup["realtime"] == name.endswith("_fifo") for name, setup in scaling["setups"].items())
+    assert set(scaling["best"]) == {"1r1t", "1r2t", "2r1t", "2p1t"}
+    assert not any(setup["realtime"] for setup in scaling["setups"].values())
     assert all(figures["samples_per_s"] > 0 for figures in scaling["best"].values())
     assert scaling["best"]["1r1t"]["sync_efficiency"] == 1.0
     assert 0 < scaling["best"]["2r1t"]["sync_efficiency"] < 1
     assert scaling["ratios"]["weak_scaling_efficiency"] > 0
-    assert ("weak_scaling_efficiency_fifo" in scaling["ratios"]) == bool(realtime)
+    assert "weak_scaling_efficiency_fifo" not in scaling["ratios"]
     assert json.loads((tmp_path / "train_speed.json").read_text())["mlp_scaling"]["ratios"] == scaling["ratios"]
     assert "| cpu (gloo) | fleet | --batch-size 32 --hidden 32 32 | 4 |" in tables.read_text()
 
@@ -35,3 +34,25 @@ def test_the_image_case_trains_the_cnn_on_cameras_and_reports_its_data_wait(came
     assert json.loads((tmp_path / "train_speed_image.json").read_text())["image_scaling"] == scaling
     table = (tmp_path / "README.md").read_text()
     assert "--policy cnn --inputs proprio+cameras --batch-size 32 --batch-size 8" in table
+
+
+def test_the_realtime_setups_repeat_the_cpu_ones_under_the_scheduler_and_get_their_own_ratios(monkeypatch, tmp_path):
+    """What ``*_fifo`` adds, on recorded rates (the scheduler itself runs in test_benchmarks' gloo-latency case)."""
+    started = []
+
+    def figures(data, work, ranks, threads, runs, realtime, *_):
+        started.append((work.name, ranks, threads, runs, realtime))
+        samples = 100.0 * ranks * runs * (1.5 if realtime else 1.0) * (0.9 if ranks > 1 else 1.0)
+        return {"samples_per_s": samples, "sync_efficiency": 1.0, "data_wait_s": 0.0, "compute_s": 1.0,
+                "communication_s": 0.0}
+
+    monkeypatch.setattr(train_speed, "train_figures", figures)
+    args = SimpleNamespace(steps=4, log_interval=2, bc_options=[], rounds=2)
+    result = train_speed.cpu_scaling(tmp_path, tmp_path, args, realtime=True)
+    assert started[:7] == [("1r1t", 1, 1, 1, False), ("1r2t", 1, 2, 1, False), ("2r1t", 2, 1, 1, False),
+                           ("2p1t", 1, 1, 2, False), ("1r1t_fifo", 1, 1, 1, True), ("2r1t_fifo", 2, 1, 1, True),
+                           ("2p1t_fifo", 1, 1, 2, True)] and len(started) == 14
+    assert result["ratios"]["weak_scaling_efficiency"] == result["ratios"]["weak_scaling_efficiency_fifo"] == 0.9
+    assert result["ratios"]["two_ranks_vs_two_processes_fifo"] == 0.9
+    assert python_command(2, realtime=True)[:len(REALTIME) + 3] == [*REALTIME, python_command()[0], "-m",
+                                                                    "torch.distributed.run"]
