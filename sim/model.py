@@ -12,6 +12,7 @@ from sim.fleet import RobotProfile
 SCENE_TEMPLATE = Path(__file__).parent / "assets" / "arm_scene.xml"
 ARM_JOINTS = tuple(f"joint{i}" for i in range(1, 7))
 FRONT_CAMERA_POS = (1.3, 0.0, 0.8)
+SIDE_CAMERA_POS = (0.55, -0.95, 0.4)  # across the table's side: depth along the front camera's axis
 BASE_GAINS = {"kp_shoulder": 400.0, "kp_wrist": 120.0}
 GRIPPER_GAIN = 400.0
 
@@ -37,6 +38,7 @@ def _template() -> str:
 def scene_xml(profile: RobotProfile, objects_xml: str = "") -> str:
     """The scene's MJCF text for ``profile`` with the task's object bodies inserted."""
     camera = [b + o for b, o in zip(FRONT_CAMERA_POS, profile.camera_offset)]
+    side_camera = [b + o for b, o in zip(SIDE_CAMERA_POS, profile.camera_offset)]
     light = profile.light_intensity
     return _template().format(
         table_z=f"{profile.table_height:.5f}",
@@ -44,6 +46,8 @@ def scene_xml(profile: RobotProfile, objects_xml: str = "") -> str:
         table_friction=profile.table_friction,
         table_rgba=" ".join(f"{c:g}" for c in profile.table_rgba),
         front_camera_pos=" ".join(f"{c:.4f}" for c in camera),
+        side_camera_pos=" ".join(f"{c:.4f}" for c in side_camera),
+        side_target_z=f"{profile.table_height + 0.12:.5f}",
         light_diffuse=f"{light:g} {light:g} {light:g}",
         goal_radius=f"{profile.goal_tolerance:g}",
         kp_shoulder=BASE_GAINS["kp_shoulder"] * profile.actuator_gain_scale,

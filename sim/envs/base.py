@@ -37,7 +37,7 @@ STATE_NAMES = (
     "ee_x", "ee_y", "ee_z", "ee_qw", "ee_qx", "ee_qy", "ee_qz",
 )
 STATE_DIM = len(STATE_NAMES)
-CAMERAS = ("front", "wrist")
+CAMERAS = ("front", "wrist", "side")
 # End-effector workspace relative to the table top: (low corner, high corner).
 WORKSPACE = np.array([[0.2, -0.38, 0.008], [0.85, 0.38, 0.45]])
 TABLE_CENTRE_XY = np.array([0.5, 0.0])

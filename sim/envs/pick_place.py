@@ -21,7 +21,8 @@ class PickPlaceEnv(CubeEnv):
     ## Cameras
     As ``robofleet/Push-v0``'s, with the same measured views at reset, except that the
     wrist camera sees the goal in 93.5% of resets: it misses air goals level with the
-    fingertips off to the side (the front camera sees every one).
+    fingertips off to the side (the front and side cameras see every one). An air goal's
+    distance along the front camera's line of sight is what ``side`` shows best.
 
     ## Reward
     Minus (cube-to-goal distance + 0.5 x gripper-to-cube distance), metres.

@@ -30,7 +30,10 @@ class PushEnv(CubeEnv):
     24 robots; "sees" = at least 4 pixels): front sees the cube and the goal in every
     reset (a factory cube covers about 15 pixels, a warehouse box 60); wrist sees the
     cube in 99.4% and the goal in 99.6% (not the table's far corners), with 4-5x the
-    pixels.
+    pixels. ``side`` is fixed beside the table, looking across it from the arm's right:
+    it sees the table, the cube, the goal and the arm in profile, and so measures the
+    distance along the front camera's line of sight. It sees the cube and the goal in
+    every reset.
 
     ## Reward
     Minus (cube-to-goal distance in the plane + 0.5 x gripper-to-cube distance), metres.

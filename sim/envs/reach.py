@@ -38,8 +38,9 @@ class ReachEnv(ArmEnv):
     the table below and ahead of the gripper. At reset, at 96 x 96 (480 resets of
     24 robots; "sees" = at least 4 pixels): front sees the goal in 99.8% of resets,
     wrist in 70% (not goals above, beside or behind the hand). A goal just behind
-    the wrist can be hidden from both cameras by the hand (about 0.3% of resets,
-    factory robots, whose marker is smallest).
+    the wrist can be hidden from both by the hand (about 0.3% of resets, factory
+    robots, whose marker is smallest). ``side`` (see ``robofleet/Push-v0``) sees the
+    goal in 99.6%, and every goal is in view of at least one of the three cameras.
 
     ## Reward
     Minus the distance from the end-effector to the goal, in metres.
@@ -55,7 +56,7 @@ class ReachEnv(ArmEnv):
 
     ## Arguments
     ``profile`` (a ``RobotProfile`` or its dict; robot 0 of fleet seed 0 by default),
-    ``cameras`` (subset of ``("front", "wrist")``), ``image_size`` (96),
+    ``cameras`` (subset of ``("front", "wrist", "side")``), ``image_size`` (96),
     ``control_mode`` (``"ee_delta"`` or ``"joint_pos"``), ``render_mode``
     (``None`` or ``"rgb_array"``), ``terminate_on_success`` (True).
     """

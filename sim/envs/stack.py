@@ -33,6 +33,7 @@ class StackEnv(CubeEnv):
     4 pixels): front sees both cubes and the goal in every reset; wrist sees the top
     cube in 99.4%, the base cube in 99.6% and the goal in 99.4% (not the table's far
     corners), with 4-5x the pixels.
+    ``side`` (see ``robofleet/Push-v0``) sees both cubes and the goal in every reset.
 
     ## Reward
     Minus (top cube's distance to the spot on top of the base cube + 0.5 x gripper-to-cube
