@@ -242,14 +242,17 @@ def copy_videos(config: FullRunConfig, task: str, results: list[dict]) -> None:
 
 
 class StageClock:
-    """Seconds each stage of a task has taken, summed over the runs that resumed it (``TASK/seconds.json``)."""
+    """Seconds each stage of a task has taken, summed over the runs that resumed it (``TASK/seconds.json``);
+    a stage that starts afresh (``resumes=False``: no store or no checkpoint yet) restarts its count."""
 
     def __init__(self, path: Path):
         self.path = path
         self.seconds = json.loads(path.read_text()) if path.exists() else {}
 
-    def run(self, stage: str, name: str, command: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-        self.seconds[stage] = self.seconds.get(stage, 0.0) + run_step(name, command, log, env)
+    def run(self, stage: str, name: str, command: list[str], log: Path, env: dict[str, str] | None = None, *,
+            resumes: bool = True) -> None:
+        earlier = self.seconds.get(stage, 0.0) if resumes else 0.0
+        self.seconds[stage] = earlier + run_step(name, command, log, env)
         self.path.write_text(json.dumps(self.seconds, indent=2) + "\n")
 
 
@@ -262,7 +265,8 @@ def main(argv: list[str] | None = None) -> dict:
         out = Path(config.out).resolve() / task  # absolute: the stages run with the repository as their directory
         out.mkdir(parents=True, exist_ok=True)
         clock = StageClock(out / "seconds.json")
-        clock.run("collect", f"{task} collect", collect_command(config, task, index, out), out / "collect.log")
+        clock.run("collect", f"{task} collect", collect_command(config, task, index, out), out / "collect.log",
+                  resumes=(out / "data").exists())
         if finished_evaluation(out / "expert", None, episodes) is None:
             expert_command = evaluate_command(config, ["--expert", "--task", task], out / "expert")
             clock.run("expert", f"{task} expert", expert_command, out / "expert.log")
@@ -271,7 +275,7 @@ def main(argv: list[str] | None = None) -> dict:
             run, evaluation = out / policy / "run", out / policy / "eval"
             if trained_step(run) != config.per_task("steps", index):
                 clock.run(f"{policy} train", f"{task} {policy} train", train_command(config, policy, index, out),
-                          out / f"{policy}.train.log")
+                          out / f"{policy}.train.log", resumes=trained_step(run) is not None)
             if finished_evaluation(evaluation, trained_step(run), episodes) is None:
                 clock.run(f"{policy} evaluate", f"{task} {policy} evaluate",
                           evaluate_command(config, ["--checkpoint", str(run)], evaluation, config.videos),

@@ -1,6 +1,7 @@
 """experiments/full_run.py at a tiny size: collect, torchrun training and evaluate per task, the table in the doc."""
 
 import json
+import sys
 
 from experiments import full_run
 from experiments.common import write_section
@@ -52,3 +53,16 @@ def test_a_new_table_replaces_the_old_one_and_nothing_else(tmp_path):
     write_section(docs, "full_run", "## Measured", "second table")
     assert docs.read_text() == ("# Evaluation\n\nBefore.\n\n## Measured\n\n<!-- full_run:start -->\nsecond table\n"
                                 "<!-- full_run:end -->\n\nAfter.\n")
+
+
+def test_a_stage_clock_adds_the_runs_that_resume_a_stage_and_restarts_with_a_fresh_one(tmp_path):
+    def sleep(seconds: float) -> list[str]:
+        return [sys.executable, "-c", f"import time; time.sleep({seconds})"]
+
+    clock = full_run.StageClock(tmp_path / "seconds.json")
+    clock.run("train", "train", sleep(2.0), tmp_path / "log", resumes=False)
+    clock.run("train", "train", sleep(0.1), tmp_path / "log", resumes=True)  # a resumed run adds its seconds
+    assert clock.seconds["train"] >= 2.1
+    clock.run("train", "train", sleep(0.1), tmp_path / "log", resumes=False)  # started afresh: the earlier runs go
+    assert 0.1 <= clock.seconds["train"] < 2.0
+    assert json.loads((tmp_path / "seconds.json").read_text()) == clock.seconds
