@@ -317,9 +317,11 @@ def section(config, measurements: dict, results: dict, command: str) -> str:
     """The markdown of the ``scaling_compute`` section."""
     machine = measurements["machine"]
     plot_link = os.path.relpath(Path(config.plot).resolve(), Path(config.docs).resolve().parent)
+    commands = [measurements["command"]] + ([f"{command}   # refits the recorded measurements"]
+                                            if command != measurements["command"] else [])
     lines = [f"Measured {machine['date']} on {machine['cores']} cores ({machine['device']}), code "
              f"{machine['code_version']}, on `{measurements['data']}`; one thread per rank.", "", "```bash",
-             command, "```", "", f"![speedup against ranks per policy and setting]({plot_link})", "",
+             *commands, "```", "", f"![speedup against ranks per policy and setting]({plot_link})", "",
              "The model (`experiments/step_model.py`): step = k x (data + compute) + wait(R) + transfer(R); "
              "samples/s = R x k x batch / step; sync efficiency = k x compute / (k x compute + wait + transfer). "
              "Data wait and compute come from processes without DDP: one alone for one rank, two at once (every "
