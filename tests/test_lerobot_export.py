@@ -10,6 +10,7 @@ import torch
 
 from collect_helpers import REPO, subprocess_env
 from eval import EvalConfig, run_evaluation
+from eval.plan import make_plan
 from sim.fleet import make_robot
 from sim.tasks import resolve_task
 from train.augment import images_to_model
@@ -62,15 +63,21 @@ def test_an_exported_policy_loads_in_lerobot_and_acts_as_ours(kind, camera_fleet
         np.testing.assert_allclose(lerobot_action[0].numpy(), action, rtol=1e-4, atol=1e-5)
         observation, *_ = env.step(action)
 
-    # evaluate runs the export through lerobot's API (eval/lerobot_policy.py): the same episodes as our run
-    ours, theirs = (run_evaluation(EvalConfig(checkpoint=str(path), task=task, robots=2, episodes=2, batch=2,
-                                              workers=1, out=str(tmp_path / name), quiet=True))
-                    for path, task, name in ((run, None, "ours"), (out, "reach", "theirs")))
-    assert (ours["checkpoint"]["format"], theirs["checkpoint"]["format"]) == ("robofleet", "lerobot")
-    episodes = [[(e["seed"], e["success"], e["steps"]) for e in info["per_episode"]] for info in (ours, theirs)]
-    if kind == "act":  # deterministic at inference; diffusion draws its noise in each worker
+    if kind == "act":  # deterministic at inference (diffusion draws its noise in each worker: matched above)
+        # evaluate runs the export through lerobot's API (eval/lerobot_policy.py): the same episodes as our run
+        ours, theirs = (run_evaluation(EvalConfig(checkpoint=str(path), task=task, robots=2, episodes=2, batch=2,
+                                                  workers=1, out=str(tmp_path / name), quiet=True))
+                        for path, task, name in ((run, None, "ours"), (out, "reach", "theirs")))
+        assert (ours["checkpoint"]["format"], theirs["checkpoint"]["format"]) == ("robofleet", "lerobot")
+        episodes = [[(e["seed"], e["success"], e["steps"]) for e in info["per_episode"]] for info in (ours, theirs)]
         assert episodes[0] == episodes[1]
-    assert [seed for seed, *_ in episodes[0]] == [seed for seed, *_ in episodes[1]]
+    else:  # evaluate plans the export as it plans our run: same kind, chunk, cameras and seeds
+        ours_plan, theirs_plan = make_plan(EvalConfig(checkpoint=str(run))), make_plan(EvalConfig(checkpoint=str(out),
+                                                                                                  task="reach"))
+        assert theirs_plan.checkpoint_info["format"] == "lerobot"
+        for key in ("policy", "n_action_steps"):
+            assert theirs_plan.checkpoint_info[key] == ours_plan.checkpoint_info[key]
+        assert theirs_plan.cameras == ours_plan.cameras and theirs_plan.seeds == ours_plan.seeds
 
 
 def test_what_cannot_be_exported_is_a_one_line_error(pick_place_fleet, tmp_path, capsys):
