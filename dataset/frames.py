@@ -59,12 +59,14 @@ class InMemoryFrames(_FrameSource):
         super().__init__(shards, features)
         self.arrays = {}
         for feature in self.features:
-            parts = []
-            for shard in self.shards:
+            array = None  # filled shard by shard: the peak is the features' size, not twice it
+            for shard, start in zip(self.shards, self.offsets):
                 part = read_rows(shard, f"data/{feature}", 0, shard.num_frames)
                 check_finite(part, shard, feature, 0)
-                parts.append(part)
-            self.arrays[feature] = np.concatenate(parts)
+                if array is None:
+                    array = np.empty((self.offsets[-1], *part.shape[1:]), dtype=part.dtype)
+                array[start: start + len(part)] = part
+            self.arrays[feature] = array
 
     @property
     def nbytes(self) -> int:

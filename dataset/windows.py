@@ -25,6 +25,7 @@ vectorised gather (what ``make_dataloader`` uses), with a leading batch dimensio
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Sequence
@@ -87,21 +88,37 @@ class FleetWindowDataset(torch.utils.data.Dataset):
 
         shard_keys = sorted({(e.store, e.robot_id) for e in self.episodes})
         shards = [stores[store].shards[robot] for store, robot in shard_keys]
-        position = {key: i for i, key in enumerate(shard_keys)}
+        self._position = {key: i for i, key in enumerate(shard_keys)}
         if mode == "memory":
             self.frames = InMemoryFrames(shards, list(self.features))
         else:
             self.frames = StreamingFrames(shards, list(self.features), cache_bytes)
+        self._index(self.episodes)
 
-        # One sample per frame of every episode: its global frame and its episode's global range.
-        starts = np.array([self.frames.global_index(position[(e.store, e.robot_id)], e.start) for e in self.episodes])
-        lengths = np.array([e.length for e in self.episodes])
-        episode_of_sample = np.repeat(np.arange(len(self.episodes)), lengths)
+    def with_episodes(self, episodes: Sequence[EpisodeRef]) -> FleetWindowDataset:
+        """The windows of ``episodes``, a subset of this dataset's, over the same frames (no second copy
+        in RAM): a training and a validation split of one dataset."""
+        outside = [e for e in episodes if (e.store, e.robot_id) not in self._position]
+        if outside:
+            raise ValueError(f"robot {outside[0].robot_id}'s episodes are not in this dataset's shards")
+        if not episodes:
+            raise ValueError("no episodes to make windows from")
+        subset = copy.copy(self)
+        subset.episodes = list(episodes)
+        subset._index(subset.episodes)
+        return subset
+
+    def _index(self, episodes: list[EpisodeRef]) -> None:
+        """One sample per frame of every episode: its global frame and its episode's global range."""
+        position = self._position
+        starts = np.array([self.frames.global_index(position[(e.store, e.robot_id)], e.start) for e in episodes])
+        lengths = np.array([e.length for e in episodes])
+        episode_of_sample = np.repeat(np.arange(len(episodes)), lengths)
         self._first = starts[episode_of_sample]
         self._last = self._first + lengths[episode_of_sample] - 1
         self._frame_index = np.arange(len(episode_of_sample)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        self._robot = np.array([e.robot_id for e in self.episodes])[episode_of_sample]
-        self._episode = np.array([e.index for e in self.episodes])[episode_of_sample]
+        self._robot = np.array([e.robot_id for e in episodes])[episode_of_sample]
+        self._episode = np.array([e.index for e in episodes])[episode_of_sample]
 
     def __len__(self) -> int:
         return len(self._first)

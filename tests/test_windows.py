@@ -117,6 +117,25 @@ def test_the_train_val_split_is_deterministic_disjoint_and_complete(pick_place_f
     assert any(split_episodes(episodes, 0.34, seed=s)[1] != val for s in range(5))
 
 
+@pytest.mark.parametrize("mode", ["memory", "streaming"])
+def test_a_split_shares_the_frames_and_gives_the_windows_of_a_dataset_built_on_its_episodes(pick_place_fleet, mode):
+    store = FleetStore.open(pick_place_fleet)
+    episodes = select_episodes(store)
+    train, val = split_episodes(episodes, 0.34, seed=7)
+    spec = WindowSpec.of(N_OBS, HORIZON, store.features)
+    both = FleetWindowDataset(store, train + val, spec, mode=mode)
+    for part in (train, val):
+        subset, alone = both.with_episodes(part), FleetWindowDataset(store, part, spec, mode=mode)
+        assert subset.frames is both.frames and len(subset) == len(alone) == sum(e.length for e in part)
+        everything = list(range(len(alone)))
+        for key, value in alone[everything].items():
+            torch.testing.assert_close(subset[everything][key], value)
+    assert len(both) == store.num_frames  # the subsets left the whole dataset as it was
+    lone = FleetWindowDataset(store, [e for e in episodes if e.robot_id == 0], spec, mode=mode)
+    with pytest.raises(ValueError, match="robot 1's episodes are not in this dataset's shards"):
+        lone.with_episodes([e for e in episodes if e.robot_id == 1])
+
+
 def test_nan_in_the_data_is_refused_naming_shard_and_episode(pick_place_fleet, tmp_path):
     broken = tmp_path / "fleet"
     shutil.copytree(pick_place_fleet, broken)

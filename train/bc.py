@@ -141,12 +141,13 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
     window = labeller.window(spec) if labeller else WindowSpec.of(spec.n_obs_steps, spec.horizon,
                                                                   [*spec.features, "action"], spec.action_start)
     try:  # too few windows for the batch size or the ranks is a one-line error
-        train_loader = make_dataloader(FleetWindowDataset(stores, train_episodes, window, mode=config.mode),
-                                       batch_size=config.batch_size, seed=config.seed)
+        windows = FleetWindowDataset(stores, train_episodes + val_episodes, window, mode=config.mode)  # frames once
+        train_loader = make_dataloader(windows.with_episodes(train_episodes), batch_size=config.batch_size,
+                                       seed=config.seed)
         val_loader = None
         if val_episodes:
-            val_loader = make_dataloader(FleetWindowDataset(stores, val_episodes, window, mode=config.mode),
-                                         batch_size=config.batch_size, shuffle=False, drop_last=False)
+            val_loader = make_dataloader(windows.with_episodes(val_episodes), batch_size=config.batch_size,
+                                         shuffle=False, drop_last=False)
     except ValueError as error:
         fail(str(error))
 
