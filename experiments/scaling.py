@@ -320,7 +320,8 @@ def publish(config: ScalingConfig, command: str, points: list[dict], experts: di
         plots[sweep] = repo_relative(plot_path(config, sweep))
     result = {"experiment": NAME, "machine": machine_facts(), "config": asdict(config), "command": command,
               "held_out_robots": list(range(config.fleet[0], config.fleet[0] + config.eval_robots)),
-              "experts": experts, "points": points, "fits": fits,
+              "experts": {task: {key: info[key] for key in ("fleet", "per_site")} for task, info in experts.items()},
+              "points": points, "fits": fits,
               "statements": [statement(config, task, fits[task], points) for task in experts],
               "plots": plots, "seconds": seconds}
     write_results(NAME, result, Path(config.results_dir))
