@@ -90,8 +90,8 @@ def fix_noise(policy, noise: torch.Tensor | None) -> None:
         policy.predict_chunk = lambda window, predict=type(policy).predict_chunk: predict(policy, window, noise=noise)
 
 
-@pytest.mark.parametrize("kind, options", [("mlp", {}), ("cnn", {}), ("cnn", {"vision_backbone": "resnet18"}),
-                                           ("act", {}), ("diffusion", {})])
+@pytest.mark.parametrize("kind, options", [("mlp", {}), ("mlp", {"action_modes": 3}), ("cnn", {}),
+                                           ("cnn", {"vision_backbone": "resnet18"}), ("act", {}), ("diffusion", {})])
 def test_every_kind_acts_the_same_batched_and_one_env_at_a_time(kind, options):
     policy = tiny(kind, **options)
     observations = env_observations(steps=5, envs=3)

@@ -42,6 +42,9 @@ class PolicyOptions:
     horizon: int = field(default=16, metadata={"help": "actions predicted per window (the chunk)"})
     n_action_steps: int = field(default=8, metadata={"help": "actions of a chunk executed before predicting again"})
     hidden: tuple[int, ...] = field(default=(256, 256), metadata={"help": "MLP hidden widths"})
+    action_modes: int = field(default=1, metadata={
+        "help": "mlp and cnn head: 1 regresses the action chunk (mean squared error); K > 1 fits a mixture of K "
+                "Gaussians over it and acts on its likeliest mode, for demonstrations that branch"})
     vision_backbone: str = field(default="small", metadata={"help": "cnn image encoder: small or resnet18"})
     lerobot_config: str = field(default="small", metadata={
         "help": "act/diffusion model sizes: small (CPU-sized) or default (LeRobot's)"})
@@ -63,7 +66,7 @@ class PolicyOptions:
                              "inputs": ("auto", *INPUTS)})
         check_options(self, ("image_shift",), lambda value: value >= 0, "must not be negative")
         check_options(self, ("colour_jitter",), lambda value: 0.0 <= value < 1.0, "must be in [0, 1)")
-        check_options(self, ("n_obs_steps", "horizon", "n_action_steps"), lambda value: value >= 1,
+        check_options(self, ("n_obs_steps", "horizon", "n_action_steps", "action_modes"), lambda value: value >= 1,
                       "must be at least 1")
         self.hidden = tuple(self.hidden)
         if any(width < 1 for width in self.hidden):

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from train.augment import images_to_model
+from train.policies.mixture import MixtureHead
 
 PROPRIO_FEATURE = "observation.state"
 STATE_FEATURES = (PROPRIO_FEATURE, "observation.environment_state")
@@ -71,7 +72,8 @@ class PolicySpec:
     window (diffusion's window starts ``n_obs_steps - 1`` frames back). ``options`` holds
     kind-specific settings (cnn: its vision backbone; act/diffusion: LeRobot config fields).
     ``inputs`` names the choice ``features`` was made by; ``image_shift`` and
-    ``colour_jitter`` are the training augmentation of the images.
+    ``colour_jitter`` are the training augmentation of the images. ``action_modes`` is
+    the mlp and cnn head: 1 regresses the chunk, more fit a mixture (train/policies/mixture.py).
     """
 
     kind: str = "mlp"
@@ -86,6 +88,7 @@ class PolicySpec:
     inputs: str = "state"
     image_shift: int = 0
     colour_jitter: float = 0.0
+    action_modes: int = 1
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -136,6 +139,7 @@ class Policy(nn.Module):
     """
 
     images = "none"  # camera inputs: "none", "optional" (used when the store has them) or "required"
+    mixture_head = False  # whether --action-modes above 1 is open to this kind
 
     def __init__(self, spec: PolicySpec, stats: dict[str, dict[str, np.ndarray]],
                  normalisation: dict[str, str] | None = None):
@@ -225,18 +229,23 @@ class MLPPolicy(Policy):
     Inputs are ``observation.state`` and ``observation.environment_state`` over
     ``n_obs_steps``, each normalised by its fleet mean and std; the output is the
     normalised action chunk. The loss is the mean squared error over the action
-    steps that are not padding. Subclasses change the inputs through ``encode``
-    and ``encoded_width``.
+    steps that are not padding; with ``spec.action_modes`` above 1 the output is a
+    mixture of that many Gaussians over the chunk instead, fitted by its likelihood,
+    and the policy acts on its likeliest mode (``MixtureHead``). Subclasses change the
+    inputs through ``encode`` and ``encoded_width``.
     """
+
+    mixture_head = True
 
     def __init__(self, spec: PolicySpec, stats: dict[str, dict[str, np.ndarray]]):
         super().__init__(spec, stats)
+        self.mixture = MixtureHead(spec.action_modes, spec.horizon, spec.action_dim) if spec.action_modes > 1 else None
         width = self.encoded_width()
         layers: list[nn.Module] = []
         for hidden in spec.hidden:
             layers += [nn.Linear(width, hidden), nn.GELU()]
             width = hidden
-        layers.append(nn.Linear(width, spec.horizon * spec.action_dim))
+        layers.append(nn.Linear(width, self.mixture.outputs if self.mixture else spec.horizon * spec.action_dim))
         self.net = nn.Sequential(*layers)
 
     def encoded_width(self) -> int:
@@ -247,9 +256,14 @@ class MLPPolicy(Policy):
         """Normalised observation windows -> one vector [B, encoded_width] per sample."""
         return torch.cat([inputs[name].flatten(1) for name in self.spec.features], dim=1)
 
+    def _head(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.net(self.encode(self.normalised(observations)))
+
     def _normalised_chunk(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
-        encoded = self.encode(self.normalised(observations))
-        return self.net(encoded).unflatten(1, (self.spec.horizon, self.spec.action_dim))
+        raw = self._head(observations)
+        if self.mixture:
+            return self.mixture.likeliest(raw)
+        return raw.unflatten(1, (self.spec.horizon, self.spec.action_dim))
 
     def predict_chunk(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.action.inverse(self._normalised_chunk(observations))
@@ -259,6 +273,8 @@ class MLPPolicy(Policy):
         return [key for key in self.state_dict() if key.startswith(f"net.{last}.")]
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.mixture:
+            return self.mixture.loss(self._head(batch), self.action(batch["action"]), batch["action_is_pad"])
         error = (self._normalised_chunk(batch) - self.action(batch["action"])).pow(2).mean(dim=2)
         return masked_mean(error, batch["action_is_pad"])
 
@@ -305,10 +321,14 @@ def policy_spec(config, store_features: dict[str, dict]) -> PolicySpec:
     if not features:
         raise ValueError(f"--inputs {inputs} finds none of {', '.join(vectors)} in the store")
     cls.check_inputs(inputs, features)
+    if config.action_modes > 1 and not cls.mixture_head:
+        raise ValueError(f"--action-modes is for the mlp and cnn heads; {config.policy} models its actions "
+                         "its own way (use --action-modes 1)")
     augmentation = {"image_shift": config.image_shift, "colour_jitter": config.colour_jitter} if takes_cameras else {}
     return PolicySpec(kind=config.policy, n_obs_steps=config.n_obs_steps, horizon=config.horizon,
                       n_action_steps=config.n_action_steps, hidden=tuple(config.hidden), features=features,
-                      action_dim=store_features["action"]["shape"][0], inputs=inputs, **augmentation,
+                      action_dim=store_features["action"]["shape"][0], inputs=inputs,
+                      action_modes=config.action_modes, **augmentation,
                       **cls.options(config))
 
 
