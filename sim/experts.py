@@ -26,6 +26,14 @@ def _yaw_from_quaternion(q: np.ndarray) -> float:
     return float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
 
 
+def squaring_turn(observation: dict) -> float:
+    """The yaw turn (rad, within +-pi/4) that squares the fingers with the cube's faces, as the cube experts
+    turn: a cube has four faces, so near +-pi/4 the shortest turn flips from one way to the other."""
+    ee_yaw = _yaw_from_quaternion(observation["observation.state"][16:20])
+    cube_yaw = _yaw_from_quaternion(observation["observation.environment_state"][3:7])
+    return _wrap(cube_yaw - ee_yaw, np.pi / 2)
+
+
 class ScriptedExpert:
     """Shared parts: observation parsing, proportional moves and per-episode style."""
 
@@ -85,7 +93,7 @@ class _CubeExpert(ScriptedExpert):
         self.goal = self.env_state[7:10]
 
     def _yaw_to_cube(self) -> float:
-        """Yaw change that squares the fingers with the cube's faces (90-degree symmetry)."""
+        """Yaw change that squares the fingers with the cube's faces (see ``squaring_turn``)."""
         return _wrap(self.cube_yaw - self.ee_yaw, np.pi / 2)
 
 
