@@ -12,6 +12,10 @@ A setting (``SETTINGS``) is a set of defaults, and every option overrides it:
   cameras and no privileged state (``--inputs proprio+cameras``), for the cnn and
   LeRobot's act and diffusion (small configs).
 
+``--policy-steps act=N`` trains one policy kind for its own number of steps (act and
+diffusion train 10-30x slower than the cnn on CPU); ``--action-modes K`` gives the mlp
+and cnn a mixture head (docs/training.md, "Demonstrations that branch").
+
 For each task, as a user would run it (each stage a subprocess, its output in a log
 under ``--out/TASK``):
 
@@ -45,6 +49,7 @@ from experiments.common import REPO, repo_relative, run_step, write_section
 from sim.fleet import SITES
 from sim.shared import check_options, parse_config
 from train.checkpoint import latest_checkpoint, load_checkpoint
+from train.policies.policy import POLICIES, policy_class
 
 SETTINGS = {  # the defaults of each setting; per-task ones are dicts (a task not named gets the largest value)
     "state": {"tasks": ("reach", "push", "pick_place"), "policies": ("mlp",), "inputs": "state", "cameras": (),
@@ -78,7 +83,13 @@ class FullRunConfig:
     steps: tuple[int, ...] = field(default=(), metadata={"help": "training steps, per task"})
     ema_decay: tuple[float, ...] = field(default=(), metadata={
         "help": "decay of the weight average that is evaluated, per task (0: none; train/bc.py --ema-decay)"})
+    policy_steps: tuple[str, ...] = field(default=(), metadata={
+        "help": "POLICY=STEPS: train that policy kind for STEPS on every task in place of --steps, without the "
+                "weight average (a short run's average still holds its first weights); for act and diffusion, "
+                "which train 10-30x slower than the cnn on CPU"})
     hidden: tuple[int, ...] = field(default=(), metadata={"help": "MLP (and cnn head) hidden widths"})
+    action_modes: int = field(default=1, metadata={
+        "help": "mlp and cnn head: 1 regresses the action chunk, K > 1 a mixture of K Gaussians (train/bc.py)"})
     batch_size: int | None = field(default=None, metadata={"help": "windows per rank per step"})
     val_fraction: float = field(default=0.05, metadata={"help": "training episodes held out for the validation loss"})
     ranks: int = field(default=2, metadata={"help": "DDP ranks (torchrun processes)"})
@@ -108,7 +119,9 @@ class FullRunConfig:
             if len(values) not in (1, len(self.tasks)):
                 raise ValueError(f"--{name.replace('_', '-')} takes one value or one per task ({len(self.tasks)}), "
                                  f"got {len(values)}")
-        check_options(self, ("robots", "eval_robots", "eval_episodes", "ranks", "batch_size", "workers", "image_size"),
+        self.steps_of_policy = self.parse_policy_steps()
+        check_options(self, ("robots", "eval_robots", "eval_episodes", "ranks", "batch_size", "workers", "image_size",
+                             "action_modes"),
                       lambda value: value >= 1, "must be at least 1")
         check_options(self, ("videos",), lambda value: value >= 0, "must not be negative")
 
@@ -117,9 +130,29 @@ class FullRunConfig:
         """The results' name: ``full_run`` for the state setting, ``full_run_<setting>`` for the others."""
         return "full_run" if self.setting == "state" else f"full_run_{self.setting}"
 
+    def parse_policy_steps(self) -> dict[str, int]:
+        steps = {}
+        for entry in self.policy_steps:
+            policy, _, count = entry.partition("=")
+            if policy not in POLICIES or not count.isdigit() or int(count) < 1:
+                raise ValueError(f"--policy-steps takes POLICY=STEPS, POLICY one of {', '.join(POLICIES)} and STEPS "
+                                 f"at least 1, got {entry!r}")
+            steps[policy] = int(count)
+        return steps
+
     def per_task(self, name: str, task_index: int) -> float:
         values = getattr(self, name)
         return values[task_index] if len(values) > 1 else values[0]
+
+    def modes_of(self, policy: str) -> int | None:
+        """``--action-modes`` for a policy kind with a mixture head (mlp, cnn), else None."""
+        return self.action_modes if policy_class(policy).mixture_head else None
+
+    def training(self, policy: str, task_index: int) -> tuple[int, float]:
+        """Steps and weight-average decay of ``policy`` on the task: ``--policy-steps``, else the task's."""
+        if policy in self.steps_of_policy:
+            return self.steps_of_policy[policy], 0.0
+        return self.per_task("steps", task_index), self.per_task("ema_decay", task_index)
 
 
 def collect_command(config: FullRunConfig, task: str, index: int, out: Path) -> list[str]:
@@ -130,12 +163,13 @@ def collect_command(config: FullRunConfig, task: str, index: int, out: Path) -> 
 
 
 def train_command(config: FullRunConfig, policy: str, index: int, out: Path) -> list[str]:
+    steps, ema_decay = config.training(policy, index)
+    modes = ["--action-modes", str(config.action_modes)] if config.modes_of(policy) else []
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={config.ranks}",
             str(REPO / "train" / "bc.py"), "--data", str(out / "data"), "--out", str(out / policy / "run"),
-            "--policy", policy, "--inputs", config.inputs, "--max-steps", str(config.per_task("steps", index)),
-            "--ema-decay", str(config.per_task("ema_decay", index)),
+            "--policy", policy, "--inputs", config.inputs, "--max-steps", str(steps), "--ema-decay", str(ema_decay),
             "--batch-size", str(config.batch_size), "--val-fraction", str(config.val_fraction),
-            "--hidden", *map(str, config.hidden), "--seed", str(config.seed)]
+            "--hidden", *map(str, config.hidden), *modes, "--seed", str(config.seed)]
 
 
 def evaluate_command(config: FullRunConfig, agent: list[str], out: Path, videos: int = 0) -> list[str]:
@@ -176,9 +210,9 @@ def policy_result(config: FullRunConfig, task: str, index: int, policy: str, eva
     if site_goal is not None:
         met = met and all(r is not None and r >= site_goal for r in site_ratios.values())
     return {
-        "task": task, "policy": policy, "inputs": info["checkpoint"]["inputs"],
+        "task": task, "policy": policy, "action_modes": config.modes_of(policy), "inputs": info["checkpoint"]["inputs"],
         "training_robots": config.robots, "training_episodes": config.per_task("episodes", index),
-        "steps": info["checkpoint"]["step"], "ema_decay": config.per_task("ema_decay", index),
+        "steps": info["checkpoint"]["step"], "ema_decay": config.training(policy, index)[1],
         "policy_success": {k: info["fleet"][k] for k in ("n_episodes", "pc_success", "ci95")},
         "expert": {k: expert["fleet"][k] for k in ("n_episodes", "pc_success", "ci95")},
         "policy_per_site": {site: {k: info["per_site"][site][k] for k in ("pc_success", "ci95")} for site in sites},
@@ -208,8 +242,9 @@ def table(results: list[dict], facts: dict, command: str, config: FullRunConfig)
         seconds = r["seconds"]
         sites = [f"{r['policy_per_site'][site]['pc_success']:.1f}% ({r['expert_per_site'][site]:.0f}%)"
                  if site in r["policy_per_site"] else "-" for site in SITES]
+        modes = f" ({r['action_modes']} modes)" if (r.get("action_modes") or 1) > 1 else ""
         lines.append(
-            f"| {r['task']} | {r['policy']} | {r['training_robots']} x {r['training_episodes']} "
+            f"| {r['task']} | {r['policy']}{modes} | {r['training_robots']} x {r['training_episodes']} "
             f"| {r['steps']}{' (EMA)' if r.get('ema_decay') else ''} "
             f"| {percent(r['policy_success'])} | {percent(r['expert'])} | {ratio} | >= {r['goal']:.2f} "
             f"| {'yes' if r['met'] else 'no'} | " + " | ".join(sites)
@@ -273,7 +308,7 @@ def main(argv: list[str] | None = None) -> dict:
         expert = finished_evaluation(out / "expert", None, episodes)
         for policy in config.policies:
             run, evaluation = out / policy / "run", out / policy / "eval"
-            if trained_step(run) != config.per_task("steps", index):
+            if trained_step(run) != config.training(policy, index)[0]:
                 clock.run(f"{policy} train", f"{task} {policy} train", train_command(config, policy, index, out),
                           out / f"{policy}.train.log", resumes=trained_step(run) is not None)
             if finished_evaluation(evaluation, trained_step(run), episodes) is None:

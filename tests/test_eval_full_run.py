@@ -2,9 +2,14 @@
 
 import json
 import sys
+from pathlib import Path
+
+import pytest
 
 from experiments import full_run
 from experiments.common import write_section
+from sim.shared import parse_config
+from train.checkpoint import latest_checkpoint, load_checkpoint
 
 
 def test_the_full_run_writes_its_figures_and_the_table(tmp_path):
@@ -29,11 +34,13 @@ def test_the_full_run_writes_its_figures_and_the_table(tmp_path):
 def test_the_visuomotor_setting_runs_a_camera_policy_and_resumes_without_redoing_work(tmp_path):
     docs = tmp_path / "evaluation.md"
     arguments = ["--setting", "visuomotor", "--tasks", "reach", "--policies", "cnn", "--robots", "2", "--episodes", "2",
-                 "--steps", "4", "--image-size", "32", "--batch-size", "8", "--val-fraction", "0", "--eval-robots", "2",
+                 "--steps", "4", "--action-modes", "2", "--image-size", "32", "--batch-size", "8", "--val-fraction", "0", "--eval-robots", "2",
                  "--eval-episodes", "1", "--workers", "1", "--videos", "0", "--out", str(tmp_path / "run"),
                  "--docs", str(docs), "--media", str(tmp_path / "media"), "--results-dir", str(tmp_path)]
     (cnn,) = full_run.main(arguments)["results"]
     assert cnn["policy"] == "cnn" and cnn["inputs"] == "proprio+cameras" and cnn["site_goal"] == 0.85
+    assert cnn["action_modes"] == 2 and "| reach | cnn (2 modes) |" in docs.read_text()
+    assert load_checkpoint(latest_checkpoint(tmp_path / "run" / "reach" / "cnn" / "run"))["policy_spec"]["action_modes"] == 2
     assert cnn["policy_success"]["n_episodes"] == cnn["expert"]["n_episodes"] == 2
     assert "## The recorded full run (visuomotor)" in docs.read_text()
     train_log = tmp_path / "run" / "reach" / "cnn.train.log"
@@ -66,3 +73,17 @@ def test_a_stage_clock_adds_the_runs_that_resume_a_stage_and_restarts_with_a_fre
     clock.run("train", "train", sleep(0.1), tmp_path / "log", resumes=False)  # started afresh: the earlier runs go
     assert 0.1 <= clock.seconds["train"] < 2.0
     assert json.loads((tmp_path / "seconds.json").read_text()) == clock.seconds
+
+
+def test_policy_steps_replace_a_tasks_steps_and_weight_average_for_that_policy_only(capsys):
+    config = parse_config(full_run.FullRunConfig, "", ["--setting", "visuomotor", "--policy-steps", "act=300"])
+    pick_place = config.tasks.index("pick_place")
+    assert config.training("act", pick_place) == (300, 0.0)
+    assert config.training("cnn", pick_place) == (12000, 0.999)
+    assert config.training("diffusion", pick_place) == (12000, 0.999)
+    command = full_run.train_command(config, "act", pick_place, Path("out"))
+    assert command[command.index("--max-steps") + 1] == "300" and command[command.index("--ema-decay") + 1] == "0.0"
+    for entry in ("atc=300", "act=0", "act"):
+        with pytest.raises(SystemExit):
+            parse_config(full_run.FullRunConfig, "", ["--setting", "visuomotor", "--policy-steps", entry])
+        assert "error: --policy-steps takes POLICY=STEPS" in capsys.readouterr().err
