@@ -43,7 +43,7 @@ def test_padded_steps_do_not_count_and_the_likeliest_mode_is_acted_on():
     changed = target.clone()
     changed[:, 2] += 5.0
     assert torch.equal(head.loss(raw, target, is_pad), head.loss(raw, changed, is_pad))
-    logits, means, _ = head.split(raw)
+    logits, means = head.split(raw)
     for sample in range(4):
         assert torch.equal(head.likeliest(raw)[sample], means[sample, logits[sample].argmax()])
 
