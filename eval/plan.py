@@ -24,7 +24,7 @@ from dataset.chunks import DataError, read_rows
 from eval.config import EvalConfig
 from eval.lerobot_policy import LeRobotAgent, describe_lerobot_policy, is_lerobot_pretrained
 from sim.fleet import RobotProfile, episode_seed, make_robot
-from sim.shared import one_line
+from sim.shared import from_repo, one_line, repo_relative
 from sim.tasks import resolve_task
 from train.checkpoint import checkpoint_dir, load_policy, newest_intact_checkpoint, read_checkpoint
 from train.policies.policy import IMAGE_PREFIX
@@ -153,7 +153,7 @@ def _training_store(checkpoint: dict | None) -> FleetStore | None:
     if not data:
         return None
     try:
-        return FleetStore.open(data)
+        return FleetStore.open(from_repo(data))
     except OSError:  # moved or deleted: the seeds are held out by their stream alone
         return None
 
@@ -190,7 +190,7 @@ def make_plan(config: EvalConfig) -> EvalPlan:
     if config.seed is not None:
         fleet_seed, seeds_from = config.seed, "--seed"
     elif store is not None and store.manifest and store.manifest.get("seed") is not None:
-        fleet_seed, seeds_from = int(store.manifest["seed"]), f"the training collection {store.path}"
+        fleet_seed, seeds_from = int(store.manifest["seed"]), f"the training collection {repo_relative(store.path)}"
     elif checkpoint is not None and checkpoint.get("seed") is not None:
         fleet_seed, seeds_from = int(checkpoint["seed"]), "the LeRobot policy's training export (meta/robofleet.json)"
     else:

@@ -7,9 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from sim.shared import fail
-
-REPO = Path(__file__).resolve().parent.parent
+from sim.shared import REPO, fail
 
 
 def run_step(name: str, command: list[str], log: Path, env: dict[str, str] | None = None) -> float:
@@ -27,12 +25,6 @@ def run_step(name: str, command: list[str], log: Path, env: dict[str, str] | Non
     seconds = time.perf_counter() - started
     print(f"{name}: done in {seconds:.0f} s")
     return seconds
-
-
-def repo_relative(path: Path | str) -> str:
-    """``path`` relative to the repository when it lies inside it (as results record paths), else as given."""
-    resolved = Path(path).resolve()
-    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(path)
 
 
 def write_section(path: Path, name: str, heading: str, text: str) -> None:

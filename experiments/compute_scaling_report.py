@@ -12,11 +12,11 @@ import os
 import statistics
 from pathlib import Path
 
-from experiments.common import repo_relative, write_section
+from experiments.common import write_section
 from experiments.step_model import (HOOK_TRANSPORT, TRANSPORT_ALGORITHMS, TRANSPORTS, PolicyCost, Setting, Transport,
                                     break_even_bandwidth, fit_transport, int8_payload_bytes, one_rank_rate,
                                     powersgd_bytes, predict, scaling_limit, straggler_s)
-from sim.shared import fail
+from sim.shared import fail, repo_relative
 from train.comm.shm_all_reduce import MAX_SLOT_BYTES
 
 CHECK_TOLERANCE = 0.10  # the goal: every prediction within 10% of its measured point

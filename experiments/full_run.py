@@ -45,9 +45,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from benchmarks.common import machine_facts, write_results
-from experiments.common import REPO, repo_relative, run_step, write_section
+from experiments.common import run_step, write_section
 from sim.fleet import SITES
-from sim.shared import check_options, parse_config
+from sim.shared import REPO, check_options, parse_config, repo_relative
 from train.checkpoint import latest_checkpoint, load_checkpoint
 from train.policies.policy import POLICIES, policy_class
 
@@ -159,14 +159,14 @@ def collect_command(config: FullRunConfig, task: str, index: int, out: Path) -> 
     cameras = ["--cameras", *config.cameras, "--image-size", str(config.image_size)] if config.cameras else []
     return [sys.executable, "-m", "collect.cli", "--task", task, "--robots", str(config.robots),
             "--episodes", str(config.per_task("episodes", index)), "--seed", str(config.seed), *cameras,
-            "--workers", str(config.workers), "--out", str(out / "data"), "--quiet"]
+            "--workers", str(config.workers), "--out", repo_relative(out / "data"), "--quiet"]
 
 
 def train_command(config: FullRunConfig, policy: str, index: int, out: Path) -> list[str]:
     steps, ema_decay = config.training(policy, index)
     modes = ["--action-modes", str(config.action_modes)] if config.modes_of(policy) else []
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={config.ranks}",
-            str(REPO / "train" / "bc.py"), "--data", str(out / "data"), "--out", str(out / policy / "run"),
+            "train/bc.py", "--data", repo_relative(out / "data"), "--out", repo_relative(out / policy / "run"),
             "--policy", policy, "--inputs", config.inputs, "--max-steps", str(steps), "--ema-decay", str(ema_decay),
             "--batch-size", str(config.batch_size), "--val-fraction", str(config.val_fraction),
             "--hidden", *map(str, config.hidden), *modes, "--seed", str(config.seed)]
@@ -175,7 +175,7 @@ def train_command(config: FullRunConfig, policy: str, index: int, out: Path) -> 
 def evaluate_command(config: FullRunConfig, agent: list[str], out: Path, videos: int = 0) -> list[str]:
     return [sys.executable, "-m", "eval.cli", *agent, "--robots", str(config.eval_robots),
             "--episodes", str(config.eval_episodes), "--seed", str(config.seed), "--videos", str(videos),
-            "--workers", str(config.workers), "--out", str(out), "--overwrite", "--quiet"]
+            "--workers", str(config.workers), "--out", repo_relative(out), "--overwrite", "--quiet"]
 
 
 def finished_evaluation(out: Path, step: int | None, episodes: int) -> dict | None:
@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> dict:
                           out / f"{policy}.train.log", resumes=trained_step(run) is not None)
             if finished_evaluation(evaluation, trained_step(run), episodes) is None:
                 clock.run(f"{policy} evaluate", f"{task} {policy} evaluate",
-                          evaluate_command(config, ["--checkpoint", str(run)], evaluation, config.videos),
+                          evaluate_command(config, ["--checkpoint", repo_relative(run)], evaluation, config.videos),
                           out / f"{policy}.eval.log")
             if seeds_of(finished_evaluation(evaluation, None, episodes)) != seeds_of(expert):
                 raise SystemExit(f"error: {task} {policy} was evaluated on other seeds than the expert")

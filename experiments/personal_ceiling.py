@@ -35,7 +35,7 @@ from dataset.windows import FleetWindowDataset, WindowSpec
 from eval import EvalConfig, run_evaluation
 from experiments.common import write_section
 from sim.fleet import SITES
-from sim.shared import fail, parse_config
+from sim.shared import fail, from_repo, parse_config
 from train.checkpoint import latest_checkpoint, load_checkpoint, load_policy, save_checkpoint
 from train.schedule import adamw
 
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
     run, out = Path(config.run), Path(config.out)
     if latest_checkpoint(run) is None:
         fail(f"no checkpoint in --run {run} (run experiments.fleet_vs_single first)")
-    store = FleetStore.open(load_checkpoint(run)["data"])
+    store = FleetStore.open(from_repo(load_checkpoint(run)["data"]))
     command = "python -m experiments.personal_ceiling" + "".join(f" {a}" for a in (argv if argv is not None
                                                                                    else sys.argv[1:]))
     results = {}

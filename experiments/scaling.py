@@ -62,10 +62,10 @@ from benchmarks.common import machine_facts, write_results
 from dataset.episodes import select_episodes
 from dataset.fleet_store import FleetStore
 from eval.report import wilson_interval
-from experiments.common import REPO, repo_relative, write_section
+from experiments.common import write_section
 from experiments.full_run import StageClock, evaluate_command, finished_evaluation, percent, seeds_of, trained_step
 from sim.fleet import SITES
-from sim.shared import check_options, parse_config
+from sim.shared import REPO, check_options, parse_config, repo_relative
 
 NAME, SECTION = "scaling", "scaling_data"
 TARGET = 0.9  # success over the expert's that "reaches the expert"

@@ -13,7 +13,8 @@ Commands with subcommands (``dataset info PATH``) give each subcommand its own
 config dataclass: see ``parse_subcommand``. The commands' progress bars come from
 ``progress_bar``, their one-line errors from ``fail`` (and warnings from ``warn``); the
 files they rewrite in place (manifests, config.json, caches) are written by
-``write_json_atomic``; ``code_version`` is what they record as the code that ran.
+``write_json_atomic``; ``code_version`` is what they record as the code that ran, and ``repo_relative`` how
+they record paths.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any, Callable, Sequence, TypeVar
 from tqdm import tqdm
 
 ConfigT = TypeVar("ConfigT")
+REPO = Path(__file__).resolve().parent.parent  # the repository root (the package is installed in place)
 
 
 def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, field_type) -> None:
@@ -159,15 +161,25 @@ def code_version() -> str:
         version = importlib.metadata.version("robofleet")
     except importlib.metadata.PackageNotFoundError:
         version = "0+unknown"
-    repo = Path(__file__).resolve().parent.parent
     try:
         commit = subprocess.run(
-            ["git", "-C", str(repo), "describe", "--always", "--dirty", "--abbrev=12"],
+            ["git", "-C", str(REPO), "describe", "--always", "--dirty", "--abbrev=12"],
             capture_output=True, text=True, check=True, timeout=10,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return version
     return f"{version}+{commit}" if commit else version
+
+
+def repo_relative(path: Path | str) -> str:
+    """``path`` relative to the repository when it lies inside it (as outputs record paths), else as given."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(path)
+
+
+def from_repo(path: Path | str) -> Path:
+    """A path an output recorded: relative ones are relative to the repository (``repo_relative``)."""
+    return Path(os.path.normpath(REPO / path))
 
 
 def write_json_atomic(path: Path, content: dict) -> None:

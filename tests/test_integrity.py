@@ -6,6 +6,7 @@ training or evaluating run in this process; the others run as users run them.
 """
 
 import json
+import os
 import shutil
 
 import pytest
@@ -14,6 +15,7 @@ import torch
 from collect.cli import main as collect_main
 from dataset.cli import main as dataset_main
 from eval.cli import main as evaluate_main
+from sim.shared import REPO
 from train.bc import main as bc_main
 from train.checkpoint import checkpoint_dir, load_checkpoint
 from train.federated import main as federated_main
@@ -117,10 +119,14 @@ def test_a_corrupt_manifest_is_one_line_naming_it_in_every_command(fleet, traine
     assert_one_line(capsys.readouterr().err, message)
 
 
-def test_evaluate_stops_when_the_training_collections_episode_ends_are_damaged(fleet, trained, tmp_path, capsys):
+def test_evaluate_stops_when_the_training_collections_episode_ends_are_damaged(fleet, trained, tmp_path, capsys,
+                                                                                monkeypatch):
     flip_byte(fleet / "robot_0001.zarr" / "meta" / "episode_ends" / "c.0")
     checkpoint = load_checkpoint(trained)
-    checkpoint["data"] = str(fleet)  # its held-out seeds are checked against this robot's training seeds
+    # its held-out seeds are checked against this robot's training seeds; a checkpoint records the collection
+    # relative to the repository, and evaluate finds it from any directory
+    checkpoint["data"] = os.path.relpath(fleet, REPO)
+    monkeypatch.chdir(tmp_path)
     torch.save(checkpoint, tmp_path / "checkpoint.pt")
     assert exit_code_of(evaluate_main, ["--checkpoint", tmp_path / "checkpoint.pt", "--out", tmp_path / "eval"]) == 2
     assert_one_line(capsys.readouterr().err, "robot_0001.zarr: meta/episode_ends is damaged",

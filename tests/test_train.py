@@ -31,6 +31,11 @@ def test_one_process_learns_checkpoints_and_resumes_where_it_stopped(pick_place_
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*.pt")) == \
         ["step_00000040.pt", "step_00000050.pt", "step_00000060.pt"]  # the newest 3 are kept
 
+    other_head = train("--data", pick_place_fleet, "--out", run, "--max-steps", "70", "--action-modes", "2")
+    assert other_head.returncode != 0 and other_head.stderr.strip().count("\n") == 0, other_head.stderr[-3000:]
+    assert "action_modes: 1 -> 2" in other_head.stderr and "--no-resume" in other_head.stderr
+    assert load_checkpoint(latest_checkpoint(run))["step"] == 60  # refused before anything was written
+
     records = metrics(run)
     again = train("--data", pick_place_fleet, "--out", run, "--max-steps", "60")  # already there: nothing to do
     assert again.returncode == 0 and "nothing to do" in again.stdout and metrics(run) == records

@@ -35,14 +35,14 @@ from dataset.episodes import select_episodes, split_episodes
 from dataset.loader import make_dataloader
 from dataset.stats import fleet_stats
 from dataset.windows import FleetWindowDataset, WindowSpec
-from sim.shared import code_version, fail, parse_config, write_json_atomic
+from sim.shared import code_version, fail, parse_config, repo_relative, write_json_atomic
 from train.checkpoint import (EVALUATION_KEYS, latest_checkpoint, newest_intact_checkpoint, restore_rng_state,
                               rng_state, save_checkpoint)
 from train.comm.comm_hooks import UnlabelledDistributedDataParallel, register_comm_hook
 from train.config import TrainConfig
 from train.data import open_training_store
 from train.monitor import Monitor, StepTimer, sync_efficiency
-from train.policies.policy import make_policy, policy_spec
+from train.policies.policy import PolicySpec, changed_spec_fields, make_policy, policy_spec
 from train.schedule import adamw, learning_rate_factor, scaled_learning_rate
 
 RESUME_KEYS = (*EVALUATION_KEYS, "optimizer", "scheduler", "rng", "epoch")  # what a resume reads
@@ -203,6 +203,10 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
         fail(f"{error}; --no-resume starts afresh")
     if resumed is not None:
         _, checkpoint = resumed
+        changed = changed_spec_fields(PolicySpec(**checkpoint["policy_spec"]), spec)
+        if changed:
+            fail(f"{run} holds a policy trained with other options ({changed}); rerun with the same options, "
+                 "or --no-resume to start afresh")
         # With an EMA, "model" holds the average (evaluation runs it) and "ema" the trained weights.
         policy.load_state_dict(checkpoint.get("ema", {}).get("trained_model", checkpoint["model"]))
         if ema is not None and "ema" in checkpoint:  # else the average starts afresh from these weights
@@ -222,7 +226,7 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
             "policy_spec": spec.to_dict(), "model": evaluated.state_dict(), "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(), "step": at_step, "epoch": train_loader.epoch - 1,
             "rng": rng_state(), "config": vars(config), "stats": stats, "features": store.features,
-            "task": (store.manifest or {}).get("task"), "data": str(store.path), "code_version": code_version(),
+            "task": (store.manifest or {}).get("task"), "data": repo_relative(store.path), "code_version": code_version(),
         }
         if ema is not None:
             content["ema"] = {"decay": config.ema_decay, "updates": int(ema.n_averaged),

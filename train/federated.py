@@ -48,7 +48,7 @@ from dataset import FleetStore
 from dataset.chunks import DataError
 from dataset.episodes import select_episodes
 from dataset.stats import fleet_stats
-from sim.shared import code_version, fail, parse_config, progress_bar, write_json_atomic
+from sim.shared import code_version, fail, parse_config, progress_bar, repo_relative, write_json_atomic
 from train.checkpoint import latest_checkpoint, newest_intact_checkpoint, rng_state, save_checkpoint
 from train.comm.compression import decode_update, payload_bytes
 from train.data import open_training_store
@@ -191,7 +191,7 @@ class Server:
         content = {
             "policy_spec": self.spec.to_dict(), "model": self.model_state(), "step": self.round, "epoch": self.round,
             "rng": rng_state(), "config": asdict(self.config), "stats": self.stats, "features": self.store.features,
-            "task": (self.store.manifest or {}).get("task"), "data": str(self.store.path),
+            "task": (self.store.manifest or {}).get("task"), "data": repo_relative(self.store.path),
             "code_version": code_version(),
             "federated": {"round": self.round, "personal": self.config.personal, "shared_keys": self.keys,
                           "heads": self.heads, "residuals": self.residuals, "velocity": self.velocity,

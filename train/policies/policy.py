@@ -32,6 +32,7 @@ inputs from a store's features; ``make_policy`` builds it.
 from __future__ import annotations
 
 import importlib
+import json
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
@@ -92,6 +93,12 @@ class PolicySpec:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def changed_spec_fields(old: PolicySpec, new: PolicySpec) -> str:
+    """``name: old -> new`` for each field the two specs disagree on ('' when they agree), as JSON sees them."""
+    before, after = json.loads(json.dumps(old.to_dict())), json.loads(json.dumps(new.to_dict()))
+    return ", ".join(f"{name}: {before[name]} -> {after[name]}" for name in before if before[name] != after[name])
 
 
 class Normalizer(nn.Module):
