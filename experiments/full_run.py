@@ -12,8 +12,9 @@ A setting (``SETTINGS``) is a set of defaults, and every option overrides it:
   cameras and no privileged state (``--inputs proprio+cameras``), for the cnn and
   LeRobot's act and diffusion (small configs).
 
-``--policy-steps act=N`` trains one policy kind for its own number of steps (act and
-diffusion train 10-30x slower than the cnn on CPU); ``--action-modes K`` gives the mlp
+``--policy-steps act=N`` trains one policy kind for its own number of steps and
+``--policy-lr act=LR`` at its own learning rate (the visuomotor setting gives act and
+diffusion, which train 3-7x slower than the cnn on CPU, both); ``--action-modes K`` gives the mlp
 and cnn a mixture head (docs/training.md, "Demonstrations that branch").
 
 For each task, as a user would run it (each stage a subprocess, its output in a log
@@ -62,9 +63,13 @@ SETTINGS = {  # the defaults of each setting; per-task ones are dicts (a task no
                    # pick_place: more data, steps and a weight average than push (0.93 of the expert at 40 x 6000)
                    "episodes": {"pick_place": 80, "push": 40}, "steps": {"pick_place": 12000, "push": 5000},
                    "ema_decay": {"pick_place": 0.999, "push": 0.0}, "hidden": (256, 256), "batch_size": 64,
+                   # LeRobot's act and diffusion train at ~93 and ~45 windows/s on 2 CPU ranks (the cnn: ~300):
+                   # about 45 min each, at the rate act's side-by-side run used (docs/training.md)
+                   "policy_steps": ("act=2000", "diffusion=1000"), "policy_lr": ("act=0.0003", "diffusion=0.0003"),
                    "videos": 3},
 }
 PER_TASK = ("episodes", "steps", "ema_decay")
+PER_POLICY = ("policy_steps", "policy_lr")  # POLICY=VALUE entries; a setting's stand unless named again
 GOALS = {"state": {"reach": 0.95}, "visuomotor": {"pick_place": 0.95, "push": 0.85}}  # policy / expert success
 DEFAULT_GOAL = 0.90
 SITE_GOAL = {"visuomotor": 0.85}  # policy / expert success on every site
@@ -86,7 +91,10 @@ class FullRunConfig:
     policy_steps: tuple[str, ...] = field(default=(), metadata={
         "help": "POLICY=STEPS: train that policy kind for STEPS on every task in place of --steps, without the "
                 "weight average (a short run's average still holds its first weights); for act and diffusion, "
-                "which train 10-30x slower than the cnn on CPU"})
+                "which train 3-7x slower than the cnn on CPU (the setting's entries stand for kinds not named)"})
+    policy_lr: tuple[str, ...] = field(default=(), metadata={
+        "help": "POLICY=LR: that policy kind's peak learning rate (train/bc.py --lr, whose default suits the mlp "
+                "and cnn)"})
     hidden: tuple[int, ...] = field(default=(), metadata={"help": "MLP (and cnn head) hidden widths"})
     action_modes: int = field(default=1, metadata={
         "help": "mlp and cnn head: 1 regresses the action chunk, K > 1 a mixture of K Gaussians (train/bc.py)"})
@@ -108,6 +116,8 @@ class FullRunConfig:
     def __post_init__(self):
         if self.setting not in SETTINGS:
             raise ValueError(f"--setting must be one of {', '.join(SETTINGS)}, got {self.setting!r}")
+        per_policy = {name: {**parse_per_policy(name, SETTINGS[self.setting].get(name, ())),
+                             **parse_per_policy(name, getattr(self, name))} for name in PER_POLICY}
         for name, default in SETTINGS[self.setting].items():  # options left unset take the setting's value
             if getattr(self, name) in (None, ()):
                 if name in PER_TASK:
@@ -119,7 +129,9 @@ class FullRunConfig:
             if len(values) not in (1, len(self.tasks)):
                 raise ValueError(f"--{name.replace('_', '-')} takes one value or one per task ({len(self.tasks)}), "
                                  f"got {len(values)}")
-        self.steps_of_policy = self.parse_policy_steps()
+        self.steps_of_policy, self.lr_of_policy = per_policy["policy_steps"], per_policy["policy_lr"]
+        self.policy_steps, self.policy_lr = (tuple(f"{k}={v}" for k, v in values.items()) for values in
+                                             (self.steps_of_policy, self.lr_of_policy))  # as saved with the results
         check_options(self, ("robots", "eval_robots", "eval_episodes", "ranks", "batch_size", "workers", "image_size",
                              "action_modes"),
                       lambda value: value >= 1, "must be at least 1")
@@ -130,16 +142,6 @@ class FullRunConfig:
         """The results' name: ``full_run`` for the state setting, ``full_run_<setting>`` for the others."""
         return "full_run" if self.setting == "state" else f"full_run_{self.setting}"
 
-    def parse_policy_steps(self) -> dict[str, int]:
-        steps = {}
-        for entry in self.policy_steps:
-            policy, _, count = entry.partition("=")
-            if policy not in POLICIES or not count.isdigit() or int(count) < 1:
-                raise ValueError(f"--policy-steps takes POLICY=STEPS, POLICY one of {', '.join(POLICIES)} and STEPS "
-                                 f"at least 1, got {entry!r}")
-            steps[policy] = int(count)
-        return steps
-
     def per_task(self, name: str, task_index: int) -> float:
         values = getattr(self, name)
         return values[task_index] if len(values) > 1 else values[0]
@@ -148,11 +150,30 @@ class FullRunConfig:
         """``--action-modes`` for a policy kind with a mixture head (mlp, cnn), else None."""
         return self.action_modes if policy_class(policy).mixture_head else None
 
-    def training(self, policy: str, task_index: int) -> tuple[int, float]:
-        """Steps and weight-average decay of ``policy`` on the task: ``--policy-steps``, else the task's."""
+    def training(self, policy: str, task_index: int) -> tuple[int, float, float | None]:
+        """Steps, weight-average decay and learning rate (None: bc.py's) of ``policy`` on the task:
+        ``--policy-steps`` (with no weight average), else the task's; ``--policy-lr``."""
+        lr = self.lr_of_policy.get(policy)
         if policy in self.steps_of_policy:
-            return self.steps_of_policy[policy], 0.0
-        return self.per_task("steps", task_index), self.per_task("ema_decay", task_index)
+            return self.steps_of_policy[policy], 0.0, lr
+        return self.per_task("steps", task_index), self.per_task("ema_decay", task_index), lr
+
+
+def parse_per_policy(name: str, entries: tuple[str, ...]) -> dict[str, float]:
+    """``--policy-steps`` / ``--policy-lr`` entries ``POLICY=VALUE`` as {policy: value}; a bad one is a ValueError."""
+    option, convert = f"--{name.replace('_', '-')}", int if name == "policy_steps" else float
+    values = {}
+    for entry in entries:
+        policy, _, text = entry.partition("=")
+        try:
+            value = convert(text)
+        except ValueError:
+            value = 0
+        if policy not in POLICIES or not value > 0:
+            raise ValueError(f"{option} takes POLICY={name.removeprefix('policy_').upper()}, POLICY one of "
+                             f"{', '.join(POLICIES)} and a positive value, got {entry!r}")
+        values[policy] = value
+    return values
 
 
 def collect_command(config: FullRunConfig, task: str, index: int, out: Path) -> list[str]:
@@ -163,13 +184,13 @@ def collect_command(config: FullRunConfig, task: str, index: int, out: Path) -> 
 
 
 def train_command(config: FullRunConfig, policy: str, index: int, out: Path) -> list[str]:
-    steps, ema_decay = config.training(policy, index)
+    steps, ema_decay, lr = config.training(policy, index)
     modes = ["--action-modes", str(config.action_modes)] if config.modes_of(policy) else []
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={config.ranks}",
             "train/bc.py", "--data", repo_relative(out / "data"), "--out", repo_relative(out / policy / "run"),
             "--policy", policy, "--inputs", config.inputs, "--max-steps", str(steps), "--ema-decay", str(ema_decay),
             "--batch-size", str(config.batch_size), "--val-fraction", str(config.val_fraction),
-            "--hidden", *map(str, config.hidden), *modes, "--seed", str(config.seed)]
+            "--hidden", *map(str, config.hidden), *modes, *(["--lr", str(lr)] if lr else []), "--seed", str(config.seed)]
 
 
 def evaluate_command(config: FullRunConfig, agent: list[str], out: Path, videos: int = 0) -> list[str]:
@@ -213,6 +234,7 @@ def policy_result(config: FullRunConfig, task: str, index: int, policy: str, eva
         "task": task, "policy": policy, "action_modes": config.modes_of(policy), "inputs": info["checkpoint"]["inputs"],
         "training_robots": config.robots, "training_episodes": config.per_task("episodes", index),
         "steps": info["checkpoint"]["step"], "ema_decay": config.training(policy, index)[1],
+        "lr": config.training(policy, index)[2],
         "policy_success": {k: info["fleet"][k] for k in ("n_episodes", "pc_success", "ci95")},
         "expert": {k: expert["fleet"][k] for k in ("n_episodes", "pc_success", "ci95")},
         "policy_per_site": {site: {k: info["per_site"][site][k] for k in ("pc_success", "ci95")} for site in sites},

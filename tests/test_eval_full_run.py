@@ -75,15 +75,23 @@ def test_a_stage_clock_adds_the_runs_that_resume_a_stage_and_restarts_with_a_fre
     assert json.loads((tmp_path / "seconds.json").read_text()) == clock.seconds
 
 
-def test_policy_steps_replace_a_tasks_steps_and_weight_average_for_that_policy_only(capsys):
-    config = parse_config(full_run.FullRunConfig, "", ["--setting", "visuomotor", "--policy-steps", "act=300"])
+def test_policy_steps_and_lr_replace_a_tasks_for_that_policy_only_and_keep_the_settings_others(capsys):
+    visuomotor = full_run.SETTINGS["visuomotor"]
+    default_steps = full_run.parse_per_policy("policy_steps", visuomotor["policy_steps"])
+    default_lr = full_run.parse_per_policy("policy_lr", visuomotor["policy_lr"])
+    config = parse_config(full_run.FullRunConfig, "", ["--setting", "visuomotor", "--policy-steps", "act=300",
+                                                        "--policy-lr", "act=0.0005"])
     pick_place = config.tasks.index("pick_place")
-    assert config.training("act", pick_place) == (300, 0.0)
-    assert config.training("cnn", pick_place) == (12000, 0.999)
-    assert config.training("diffusion", pick_place) == (12000, 0.999)
+    assert config.training("act", pick_place) == (300, 0.0, 0.0005)
+    assert config.training("cnn", pick_place) == (12000, 0.999, None)
+    assert config.training("diffusion", pick_place) == (default_steps["diffusion"], 0.0, default_lr["diffusion"])
+    assert config.policy_steps == ("act=300", f"diffusion={default_steps['diffusion']}")  # saved with the results
     command = full_run.train_command(config, "act", pick_place, Path("out"))
     assert command[command.index("--max-steps") + 1] == "300" and command[command.index("--ema-decay") + 1] == "0.0"
-    for entry in ("atc=300", "act=0", "act"):
+    assert command[command.index("--lr") + 1] == "0.0005"
+    assert "--lr" not in full_run.train_command(config, "cnn", pick_place, Path("out"))
+    for option, entry in (("policy-steps", "atc=300"), ("policy-steps", "act=0"), ("policy-steps", "act"),
+                          ("policy-steps", "act=1.5"), ("policy-lr", "act=fast"), ("policy-lr", "act=-1")):
         with pytest.raises(SystemExit):
-            parse_config(full_run.FullRunConfig, "", ["--setting", "visuomotor", "--policy-steps", entry])
-        assert "error: --policy-steps takes POLICY=STEPS" in capsys.readouterr().err
+            parse_config(full_run.FullRunConfig, "", ["--setting", "visuomotor", f"--{option}", entry])
+        assert f"error: --{option} takes POLICY=" in capsys.readouterr().err
