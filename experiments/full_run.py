@@ -31,9 +31,10 @@ under ``--out/TASK``):
 Goals: policy success over the expert's (fleet) of ``GOALS[setting][task]``, and in the
 visuomotor setting >= 0.85 of the expert's on every site as well. The table of every
 policy finished so far, and ``--results-dir/NAME.json`` (NAME: ``full_run``, or
-``full_run_visuomotor``), are written after each one, so figures land as they come. Every
-stage resumes: collect and train carry on, and a finished evaluation of the final
-checkpoint is kept.
+``full_run_visuomotor``), are written after each one, so figures land as they come. Rows
+recorded there before for other (task, policy) pairs stay, each under the command that
+measured it: ``--policies act`` adds act's rows beside the cnn's. Every stage resumes:
+collect and train carry on, and a finished evaluation of the final checkpoint is kept.
 """
 
 from __future__ import annotations
@@ -250,12 +251,21 @@ def percent(figure: dict) -> str:
     return f"{figure['pc_success']:.1f}% [{figure['ci95'][0]:.0f}, {figure['ci95'][1]:.0f}]"
 
 
-def table(results: list[dict], facts: dict, command: str, config: FullRunConfig) -> str:
+def table(results: list[dict], config: FullRunConfig) -> str:
+    """The markdown table of ``results``, under the commands that measured its rows (with their date and code)."""
     cameras = f"{' + '.join(config.cameras)} cameras at {config.image_size} px" if config.cameras else "no cameras"
-    lines = [f"Measured {facts['date']} on {facts['cores']} cores ({facts['device']}), code {facts['code_version']}: "
-             f"inputs {config.inputs} ({cameras}), {config.ranks} DDP ranks x batch {config.batch_size}; "
+    runs: dict[str, list[dict]] = {}
+    for r in results:
+        runs.setdefault(r["measured"]["command"], []).append(r)
+    commands = []
+    for command, rows in runs.items():
+        facts = rows[0]["measured"]
+        commands += [f"# {facts['date']}, {facts['cores']} cores ({facts['device']}), code {facts['code_version']}: "
+                     + ", ".join(f"{r['task']} {r['policy']}" for r in rows), command]
+    lines = [f"Inputs {config.inputs} ({cameras}), {config.ranks} DDP ranks x batch {config.batch_size}; "
              f"{config.eval_robots} robots x {config.eval_episodes} held-out episodes per task, every policy and "
-             "the expert on the same seeds. Per site: policy success (the expert's).", "", "```bash", command, "```",
+             "the expert on the same seeds. Per site: policy success (the expert's). The rows' commands, "
+             "when and on what they ran:", "", "```bash", *commands, "```",
              "", "| task | policy | training data | steps | policy | expert | policy/expert | goal | met | "
              + " | ".join(SITES) + " | collect / train / eval |",
              "|---|---|---|---|---|---|---|---|---|" + "---|" * len(SITES) + "---|"]
@@ -274,14 +284,35 @@ def table(results: list[dict], facts: dict, command: str, config: FullRunConfig)
     return "\n".join(lines)
 
 
-def publish(config: FullRunConfig, results: list[dict], command: str) -> dict:
-    """Write NAME.json and the doc's table with every result so far."""
-    facts = machine_facts()
-    result = {"experiment": config.name, "machine": facts, "config": asdict(config), "command": command,
-              "results": results}
+def merged_results(recorded: dict | None, results: list[dict]) -> list[dict]:
+    """``results`` beside the rows of the ``recorded`` NAME.json for the (task, policy) pairs they do not measure
+    again, so that rerunning one policy keeps the others' figures; a row of this run replaces its recorded twin.
+    Recorded rows without their own ``measured`` take the file's command and machine."""
+    rows = []
+    for row in (recorded or {}).get("results", []):
+        measured = {**recorded["machine"], "command": recorded["command"]}
+        rows.append({**row, "measured": row.get("measured", measured)})
+    for row in results:
+        twin = next((i for i, old in enumerate(rows) if (old["task"], old["policy"]) == (row["task"], row["policy"])),
+                    None)
+        if twin is None:
+            rows.append(row)
+        else:
+            rows[twin] = row
+    return rows
+
+
+def publish(config: FullRunConfig, results: list[dict]) -> dict:
+    """Write NAME.json and the doc's table with every result so far, and those recorded before (merged_results)."""
+    path = Path(config.results_dir) / f"{config.name}.json"
+    recorded = json.loads(path.read_text()) if path.exists() else None
+    rows = merged_results(recorded, results)
+    command = results[-1]["measured"]["command"]
+    result = {"experiment": config.name, "machine": machine_facts(), "config": asdict(config),
+              "command": command, "results": rows}
     write_results(config.name, result, Path(config.results_dir))
     heading = "## The recorded full run" + ("" if config.setting == "state" else f" ({config.setting})")
-    write_section(Path(config.docs), config.name, heading, table(results, facts, command, config))
+    write_section(Path(config.docs), config.name, heading, table(rows, config))
     return result
 
 
@@ -341,11 +372,12 @@ def main(argv: list[str] | None = None) -> dict:
                 raise SystemExit(f"error: {task} {policy} was evaluated on other seeds than the expert")
             seconds = {stage: clock.seconds.get(key, 0.0) for stage, key in
                        (("collect", "collect"), ("train", f"{policy} train"), ("evaluate", f"{policy} evaluate"))}
-            results.append(policy_result(config, task, index, policy, evaluation, expert, seconds))
+            results.append({**policy_result(config, task, index, policy, evaluation, expert, seconds),
+                            "measured": {**machine_facts(), "command": command}})
             print(f"{task} {policy}: {percent(results[-1]['policy_success'])}, expert {percent(results[-1]['expert'])}")
-            result = publish(config, results, command)
+            result = publish(config, results)
         copy_videos(config, task, results)
-    print(table(results, result["machine"], command, config))
+    print(table(result["results"], config))
     return result
 
 

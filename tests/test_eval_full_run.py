@@ -47,7 +47,7 @@ def test_the_visuomotor_setting_runs_a_camera_policy_and_resumes_without_redoing
     trained = train_log.stat().st_mtime_ns
     (resumed,) = full_run.main(arguments)["results"]  # nothing trained or evaluated again (collect checks, quickly)
     assert train_log.stat().st_mtime_ns == trained
-    assert {**resumed, "seconds": None} == {**cnn, "seconds": None}
+    assert {**resumed, "seconds": None, "measured": None} == {**cnn, "seconds": None, "measured": None}
     assert (resumed["seconds"]["train"], resumed["seconds"]["evaluate"]) == (cnn["seconds"]["train"],
                                                                              cnn["seconds"]["evaluate"])
 
@@ -60,6 +60,34 @@ def test_a_new_table_replaces_the_old_one_and_nothing_else(tmp_path):
     write_section(docs, "full_run", "## Measured", "second table")
     assert docs.read_text() == ("# Evaluation\n\nBefore.\n\n## Measured\n\n<!-- full_run:start -->\nsecond table\n"
                                 "<!-- full_run:end -->\n\nAfter.\n")
+
+
+def test_a_rerun_of_one_policy_replaces_its_recorded_row_and_keeps_the_others(tmp_path):
+    def row(task: str, policy: str, success: float, command: str) -> dict:
+        figure = {"n_episodes": 10, "pc_success": success, "ci95": [0.0, 100.0]}
+        return {"task": task, "policy": policy, "training_robots": 2, "training_episodes": 3, "steps": 5,
+                "policy_success": figure, "expert": {**figure, "pc_success": 100.0},
+                "policy_per_site": {"office": figure}, "expert_per_site": {"office": 100.0},
+                "policy_over_expert": success / 100, "goal": 0.95, "met": success >= 95,
+                "seconds": {"collect": 1, "train": 2, "evaluate": 3},
+                "measured": {"date": "today", "cores": 2, "device": "cpu", "code_version": "v", "command": command}}
+
+    first, second = "python -m experiments.full_run --policies cnn", "python -m experiments.full_run --policies act"
+    config = parse_config(full_run.FullRunConfig, "", ["--setting", "visuomotor", "--results-dir", str(tmp_path),
+                                                        "--docs", str(tmp_path / "evaluation.md")])
+    full_run.publish(config, [row("push", "cnn", 90.0, first), row("pick_place", "cnn", 94.0, first)])
+    recorded = full_run.publish(config, [row("pick_place", "act", 50.0, second), row("push", "cnn", 96.0, second)])
+    assert [(r["task"], r["policy"], r["policy_success"]["pc_success"], r["measured"]["command"])
+            for r in recorded["results"]] == [("push", "cnn", 96.0, second), ("pick_place", "cnn", 94.0, first),
+                                              ("pick_place", "act", 50.0, second)]
+    assert json.loads((tmp_path / "full_run_visuomotor.json").read_text())["results"] == recorded["results"]
+    text = (tmp_path / "evaluation.md").read_text()
+    assert f"code v: pick_place cnn\n{first}\n" in text and f"code v: push cnn, pick_place act\n{second}\n" in text
+    assert "| pick_place | cnn | 2 x 3 | 5 | 94.0% [0, 100] |" in text and "| push | cnn | 2 x 3 | 5 | 96.0%" in text
+    old_file = {"machine": {"date": "then", "cores": 2, "device": "cpu", "code_version": "old"}, "command": first,
+                "results": [{k: v for k, v in row("push", "mlp", 80.0, first).items() if k != "measured"}]}
+    (old,) = full_run.merged_results(old_file, [])  # a row recorded before rows carried their own command
+    assert old["measured"] == {**old_file["machine"], "command": first}
 
 
 def test_a_stage_clock_adds_the_runs_that_resume_a_stage_and_restarts_with_a_fresh_one(tmp_path):
