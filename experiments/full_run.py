@@ -316,12 +316,13 @@ def publish(config: FullRunConfig, results: list[dict]) -> dict:
     return result
 
 
-def copy_videos(config: FullRunConfig, task: str, results: list[dict]) -> None:
-    """The task's best policy's videos into ``--media`` (``NAME_TASK_SITE.mp4``), for the docs."""
-    ranked = [r for r in results if r["task"] == task and r["videos"]]
-    if not ranked:
+def copy_videos(config: FullRunConfig, task: str, results: list[dict], recorded: list[dict]) -> None:
+    """The task's best policy's videos into ``--media`` (``NAME_TASK_POLICY_SITE.mp4``), for the docs, when this
+    run's ``results`` hold it; the best of the ``recorded`` rows had its videos copied by the run that measured it."""
+    ranked = [r for r in recorded if r["task"] == task and r["videos"]]
+    best = max(ranked, key=lambda r: r["policy_success"]["pc_success"], default=None)
+    if best is None or best not in results:
         return
-    best = max(ranked, key=lambda r: r["policy_success"]["pc_success"])
     media = Path(config.media)
     media.mkdir(parents=True, exist_ok=True)
     for video in best["videos"]:
@@ -376,7 +377,7 @@ def main(argv: list[str] | None = None) -> dict:
                             "measured": {**machine_facts(), "command": command}})
             print(f"{task} {policy}: {percent(results[-1]['policy_success'])}, expert {percent(results[-1]['expert'])}")
             result = publish(config, results)
-        copy_videos(config, task, results)
+        copy_videos(config, task, results, result["results"])
     print(table(result["results"], config))
     return result
 

@@ -84,6 +84,15 @@ def test_a_rerun_of_one_policy_replaces_its_recorded_row_and_keeps_the_others(tm
     text = (tmp_path / "evaluation.md").read_text()
     assert f"code v: pick_place cnn\n{first}\n" in text and f"code v: push cnn, pick_place act\n{second}\n" in text
     assert "| pick_place | cnn | 2 x 3 | 5 | 94.0% [0, 100] |" in text and "| push | cnn | 2 x 3 | 5 | 96.0%" in text
+    video = tmp_path / "robot_0000_office_policy_episode_000.mp4"
+    video.write_bytes(b"mp4")
+    cnn, act = ({**row("pick_place", policy, success, first), "videos": [str(video)]}
+                for policy, success in (("cnn", 94.0), ("act", 50.0)))
+    config.media = str(tmp_path / "media")
+    full_run.copy_videos(config, "pick_place", [act], [cnn, act])  # the recorded cnn is the best: its run copied it
+    assert not (tmp_path / "media").exists()
+    full_run.copy_videos(config, "pick_place", [cnn, act], [cnn, act])
+    assert [p.name for p in (tmp_path / "media").iterdir()] == ["full_run_visuomotor_pick_place_cnn_office.mp4"]
     old_file = {"machine": {"date": "then", "cores": 2, "device": "cpu", "code_version": "old"}, "command": first,
                 "results": [{k: v for k, v in row("push", "mlp", 80.0, first).items() if k != "measured"}]}
     (old,) = full_run.merged_results(old_file, [])  # a row recorded before rows carried their own command
