@@ -1,4 +1,5 @@
-"""What the experiments share: running a stage as a user does, and putting a table into a doc."""
+"""What the experiments share: running a stage as a user does, putting a table into a doc, and
+keeping a results file's recorded rows beside a new run's."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 from sim.shared import REPO, fail
 
@@ -39,3 +41,20 @@ def write_section(path: Path, name: str, heading: str, text: str) -> None:
     before, rest = document.split(start, 1)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"{before}{start}\n{text}\n{end}{rest.split(end, 1)[1]}")
+
+
+def merged_rows(recorded: dict | None, rows: list[dict], key: Callable[[dict], object], name: str) -> list[dict]:
+    """The ``name`` rows of a ``recorded`` results file with each of this run's ``rows`` in place of its twin
+    (the same ``key``), the new ones after them: rerunning part of an experiment keeps the rest of its figures.
+    Every row says what measured it (``measured``: the machine facts and the command); recorded rows from
+    before rows carried their own take the file's."""
+    merged = []
+    for row in (recorded or {}).get(name, []):
+        merged.append({**row, "measured": row.get("measured", {**recorded["machine"], "command": recorded["command"]})})
+    for row in rows:
+        twin = next((i for i, old in enumerate(merged) if key(old) == key(row)), None)
+        if twin is None:
+            merged.append(row)
+        else:
+            merged[twin] = row
+    return merged

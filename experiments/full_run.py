@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from benchmarks.common import machine_facts, write_results
-from experiments.common import run_step, write_section
+from experiments.common import merged_rows, run_step, write_section
 from sim.fleet import SITES
 from sim.shared import REPO, check_options, parse_config, repo_relative
 from train.checkpoint import latest_checkpoint, load_checkpoint
@@ -284,29 +284,12 @@ def table(results: list[dict], config: FullRunConfig) -> str:
     return "\n".join(lines)
 
 
-def merged_results(recorded: dict | None, results: list[dict]) -> list[dict]:
-    """``results`` beside the rows of the ``recorded`` NAME.json for the (task, policy) pairs they do not measure
-    again, so that rerunning one policy keeps the others' figures; a row of this run replaces its recorded twin.
-    Recorded rows without their own ``measured`` take the file's command and machine."""
-    rows = []
-    for row in (recorded or {}).get("results", []):
-        measured = {**recorded["machine"], "command": recorded["command"]}
-        rows.append({**row, "measured": row.get("measured", measured)})
-    for row in results:
-        twin = next((i for i, old in enumerate(rows) if (old["task"], old["policy"]) == (row["task"], row["policy"])),
-                    None)
-        if twin is None:
-            rows.append(row)
-        else:
-            rows[twin] = row
-    return rows
-
-
 def publish(config: FullRunConfig, results: list[dict]) -> dict:
-    """Write NAME.json and the doc's table with every result so far, and those recorded before (merged_results)."""
+    """Write NAME.json and the doc's table with every result so far, beside the rows recorded there for the
+    (task, policy) pairs this run does not measure."""
     path = Path(config.results_dir) / f"{config.name}.json"
     recorded = json.loads(path.read_text()) if path.exists() else None
-    rows = merged_results(recorded, results)
+    rows = merged_rows(recorded, results, lambda row: (row["task"], row["policy"]), "results")
     command = results[-1]["measured"]["command"]
     result = {"experiment": config.name, "machine": machine_facts(), "config": asdict(config),
               "command": command, "results": rows}

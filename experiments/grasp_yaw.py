@@ -11,7 +11,8 @@ unturned grasp slips.
 
 For each evaluation (an ``evaluate`` output directory), this resets every episode's robot with the
 episode's seed, reads the turn at reset, and counts episodes and successes per site and band of
-|turn|. Writes ``--results-dir``/grasp_yaw.json and prints the table.
+|turn|. Writes ``--results-dir``/grasp_yaw.json and prints the table; the evaluations recorded there
+before with the same bands stay beside the new ones, each under the command that counted it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import sim  # noqa: F401  (first: headless rendering before mujoco loads)
 import numpy as np
 
 from benchmarks.common import machine_facts, write_results
+from experiments.common import merged_rows
 from sim.experts import squaring_turn
 from sim.fleet import SITES, make_robot
 from sim.shared import fail, parse_config, repo_relative
@@ -80,6 +82,7 @@ def banded(info: dict, turns: list[float], edges: tuple[float, ...]) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     config = parse_config(GraspYawConfig, __doc__, argv)
+    command = "python -m experiments.grasp_yaw " + " ".join(argv if argv is not None else sys.argv[1:])
     evaluations = []
     for directory in config.evaluations:
         path = Path(directory) / "eval_info.json"
@@ -91,15 +94,18 @@ def main(argv: list[str] | None = None) -> dict:
         table = banded(info, turns_at_reset(info), config.bands)
         evaluations.append({"evaluation": repo_relative(directory), "task": info["task"],
                             "checkpoint": info["checkpoint"] and repo_relative(info["checkpoint"]["path"]),
-                            "per_site": table})
+                            "per_site": table, "measured": {**machine_facts(), "command": command}})
         print(f"{directory}:")
         for site, rows in table.items():
             cells = [f"{r['band'][0]:.0f}-{r['band'][1]:.0f} deg: {r['episodes'] - r['successes']}/{r['episodes']} failed"
                      for r in rows]
             print(f"  {site:9s} " + "; ".join(cells))
-    result = {"experiment": "grasp_yaw", "machine": machine_facts(), "config": asdict(config),
-              "command": "python -m experiments.grasp_yaw " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "evaluations": evaluations}
+    path = Path(config.results_dir) / "grasp_yaw.json"
+    recorded = json.loads(path.read_text()) if path.exists() else None
+    if recorded and recorded["config"]["bands"] != list(config.bands):
+        recorded = None  # other bands: the recorded counts do not sit beside these
+    result = {"experiment": "grasp_yaw", "machine": machine_facts(), "config": asdict(config), "command": command,
+              "evaluations": merged_rows(recorded, evaluations, lambda row: row["evaluation"], "evaluations")}
     write_results("grasp_yaw", result, Path(config.results_dir))
     return result
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from experiments import full_run
-from experiments.common import write_section
+from experiments.common import merged_rows, write_section
 from sim.shared import parse_config
 from train.checkpoint import latest_checkpoint, load_checkpoint
 
@@ -95,7 +95,7 @@ def test_a_rerun_of_one_policy_replaces_its_recorded_row_and_keeps_the_others(tm
     assert [p.name for p in (tmp_path / "media").iterdir()] == ["full_run_visuomotor_pick_place_cnn_office.mp4"]
     old_file = {"machine": {"date": "then", "cores": 2, "device": "cpu", "code_version": "old"}, "command": first,
                 "results": [{k: v for k, v in row("push", "mlp", 80.0, first).items() if k != "measured"}]}
-    (old,) = full_run.merged_results(old_file, [])  # a row recorded before rows carried their own command
+    (old,) = merged_rows(old_file, [], lambda row: row["task"], "results")  # recorded before rows had a command
     assert old["measured"] == {**old_file["machine"], "command": first}
 
 

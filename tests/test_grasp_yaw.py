@@ -1,6 +1,7 @@
 """experiments/grasp_yaw.py: success against the squaring turn at reset, per site and band."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,6 +38,19 @@ def test_the_turn_is_the_experts_and_the_bands_count_every_episode(tmp_path):
     assert squaring_turn(observation) == pytest.approx(expert._yaw_to_cube())
     assert abs(squaring_turn(observation)) <= np.pi / 4
     env.close()
+
+
+def test_a_later_count_keeps_the_recorded_evaluations_with_the_same_bands(tmp_path):
+    for name in ("first", "second"):
+        fake_evaluation(tmp_path / name, robots=1, episodes=2)
+    grasp_yaw.main(["--evaluations", str(tmp_path / "first"), "--results-dir", str(tmp_path)])
+    result = grasp_yaw.main(["--evaluations", str(tmp_path / "second"), "--results-dir", str(tmp_path)])
+    assert [Path(e["evaluation"]).name for e in result["evaluations"]] == ["first", "second"]
+    assert [e["measured"]["command"].split()[-3] for e in result["evaluations"]] == [str(tmp_path / "first"),
+                                                                                     str(tmp_path / "second")]
+    rebanded = grasp_yaw.main(["--evaluations", str(tmp_path / "second"), "--bands", "0", "45",
+                               "--results-dir", str(tmp_path)])
+    assert [Path(e["evaluation"]).name for e in rebanded["evaluations"]] == ["second"]
 
 
 def test_a_task_without_a_cube_is_refused(tmp_path, capsys):
