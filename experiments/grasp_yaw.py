@@ -83,6 +83,7 @@ def banded(info: dict, turns: list[float], edges: tuple[float, ...]) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     config = parse_config(GraspYawConfig, __doc__, argv)
     command = "python -m experiments.grasp_yaw " + " ".join(argv if argv is not None else sys.argv[1:])
+    facts = machine_facts()
     evaluations = []
     for directory in config.evaluations:
         path = Path(directory) / "eval_info.json"
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
         table = banded(info, turns_at_reset(info), config.bands)
         evaluations.append({"evaluation": repo_relative(directory), "task": info["task"],
                             "checkpoint": info["checkpoint"] and repo_relative(info["checkpoint"]["path"]),
-                            "per_site": table, "measured": {**machine_facts(), "command": command}})
+                            "per_site": table, "measured": {**facts, "command": command}})
         print(f"{directory}:")
         for site, rows in table.items():
             cells = [f"{r['band'][0]:.0f}-{r['band'][1]:.0f} deg: {r['episodes'] - r['successes']}/{r['episodes']} failed"
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
     recorded = json.loads(path.read_text()) if path.exists() else None
     if recorded and recorded["config"]["bands"] != list(config.bands):
         recorded = None  # other bands: the recorded counts do not sit beside these
-    result = {"experiment": "grasp_yaw", "machine": machine_facts(), "config": asdict(config), "command": command,
+    result = {"experiment": "grasp_yaw", "machine": facts, "config": asdict(config), "command": command,
               "evaluations": merged_rows(recorded, evaluations, lambda row: row["evaluation"], "evaluations")}
     write_results("grasp_yaw", result, Path(config.results_dir))
     return result
