@@ -53,6 +53,7 @@ class RobotJob:
     batch: int
     device: str  # auto, cpu or cuda
     n_action_steps: int | None = None  # None: the checkpoint's
+    snap_actions: bool = True
     videos: tuple[int, ...] = ()  # episode indices recorded as MP4
     video_dir: str | None = None
     fps: int = 20
@@ -76,7 +77,8 @@ class PolicyAgent:
 
     def __init__(self, job: RobotJob, profile: RobotProfile):
         device = _device(job)
-        policy, _ = load_policy(job.checkpoint, robot_id=profile.robot_id, n_action_steps=job.n_action_steps)
+        policy, _ = load_policy(job.checkpoint, robot_id=profile.robot_id, n_action_steps=job.n_action_steps,
+                                snap_actions=job.snap_actions)
         self.policy = policy.to(device)
         self.inputs = list(policy.spec.features)
 

@@ -247,6 +247,11 @@ def policy_result(config: FullRunConfig, task: str, index: int, policy: str, eva
     }
 
 
+def modes_of_row(row: dict) -> int:
+    """A result row's action modes: 1 for a regressing head and for the kinds without a mixture head."""
+    return row.get("action_modes") or 1
+
+
 def percent(figure: dict) -> str:
     return f"{figure['pc_success']:.1f}% [{figure['ci95'][0]:.0f}, {figure['ci95'][1]:.0f}]"
 
@@ -274,7 +279,7 @@ def table(results: list[dict], config: FullRunConfig) -> str:
         seconds = r["seconds"]
         sites = [f"{r['policy_per_site'][site]['pc_success']:.1f}% ({r['expert_per_site'][site]:.0f}%)"
                  if site in r["policy_per_site"] else "-" for site in SITES]
-        modes = f" ({r['action_modes']} modes)" if (r.get("action_modes") or 1) > 1 else ""
+        modes = f" ({r['action_modes']} modes)" if modes_of_row(r) > 1 else ""
         lines.append(
             f"| {r['task']} | {r['policy']}{modes} | {r['training_robots']} x {r['training_episodes']} "
             f"| {r['steps']}{' (EMA)' if r.get('ema_decay') else ''} "
@@ -289,7 +294,7 @@ def publish(config: FullRunConfig, results: list[dict]) -> dict:
     (task, policy) pairs this run does not measure."""
     path = Path(config.results_dir) / f"{config.name}.json"
     recorded = json.loads(path.read_text()) if path.exists() else None
-    rows = merged_rows(recorded, results, lambda row: (row["task"], row["policy"]), "results")
+    rows = merged_rows(recorded, results, lambda row: (row["task"], row["policy"], modes_of_row(row)), "results")
     command = results[-1]["measured"]["command"]
     result = {"experiment": config.name, "machine": machine_facts(), "config": asdict(config),
               "command": command, "results": rows}
