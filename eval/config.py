@@ -28,9 +28,6 @@ class EvalConfig:
         "help": "evaluate the policy and the expert on the same robots and seeds"})
     n_action_steps: int | None = field(default=None, metadata={
         "help": "actions of each predicted chunk executed before predicting again (default: the checkpoint's)"})
-    snap_actions: bool = field(default=True, metadata={
-        "help": "execute the nearer of the two values of an action the demonstrations only set to its min or max "
-                "(the gripper: open or closed); --no-snap-actions runs the policy's output as it is"})
     videos: int = field(default=0, metadata={"help": "episodes recorded as MP4, spread over the sites"})
     batch: int = field(default=16, metadata={"help": "episodes of one robot run in lockstep (one batched policy call)"})
     device: str = field(default="auto", metadata={"help": "policy device on the workers: auto (cuda if present), cpu, cuda"})

@@ -224,7 +224,6 @@ def make_plan(config: EvalConfig) -> EvalPlan:
                 "task": checkpoint["task"], "policy": checkpoint["policy_spec"]["kind"],
                 "inputs": checkpoint["policy_spec"].get("inputs", "state"), "data": checkpoint.get("data"),
                 "n_action_steps": config.n_action_steps or checkpoint["policy_spec"]["n_action_steps"],
-                "snap_actions": config.snap_actions,
                 "personal_robots": sorted(checkpoint.get("personal", {}))}
     return EvalPlan(task=task, task_name=spec.name, checkpoint=checkpoint_path, checkpoint_info=info,
                     cameras=cameras, image_size=image_size, fps=fps, fleet_seed=fleet_seed, seeds_from=seeds_from,

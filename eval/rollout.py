@@ -53,7 +53,6 @@ class RobotJob:
     batch: int
     device: str  # auto, cpu or cuda
     n_action_steps: int | None = None  # None: the checkpoint's
-    snap_actions: bool = True
     videos: tuple[int, ...] = ()  # episode indices recorded as MP4
     video_dir: str | None = None
     fps: int = 20
@@ -77,8 +76,7 @@ class PolicyAgent:
 
     def __init__(self, job: RobotJob, profile: RobotProfile):
         device = _device(job)
-        policy, _ = load_policy(job.checkpoint, robot_id=profile.robot_id, n_action_steps=job.n_action_steps,
-                                snap_actions=job.snap_actions)
+        policy, _ = load_policy(job.checkpoint, robot_id=profile.robot_id, n_action_steps=job.n_action_steps)
         self.policy = policy.to(device)
         self.inputs = list(policy.spec.features)
 

@@ -182,7 +182,7 @@ def test_envs_in_lockstep_equal_one_episode_at_a_time(checkpoint):
         assert a["sum_reward"] == pytest.approx(b["sum_reward"], abs=1e-5)  # batched matmuls round differently
 
 
-def test_n_action_steps_and_snapping_replace_the_checkpoints_for_evaluation(checkpoint):
+def test_n_action_steps_replaces_the_checkpoints_for_evaluation(checkpoint):
     def predictions(policy, steps: int = 6) -> int:
         calls, predict = [], policy.predict_chunk
         policy.predict_chunk = lambda window: calls.append(1) or predict(window)
@@ -196,10 +196,7 @@ def test_n_action_steps_and_snapping_replace_the_checkpoints_for_evaluation(chec
     assert predictions(load_policy(checkpoint, n_action_steps=1)[0]) == 6  # one prediction per step
     plan = make_plan(EvalConfig(checkpoint=str(checkpoint), robots=1, n_action_steps=2))
     assert plan.checkpoint_info["n_action_steps"] == 2
-    default = make_plan(EvalConfig(checkpoint=str(checkpoint), robots=1)).checkpoint_info
-    assert default["n_action_steps"] == 8 and default["snap_actions"] is True
-    raw = make_plan(EvalConfig(checkpoint=str(checkpoint), robots=1, snap_actions=False)).checkpoint_info
-    assert raw["snap_actions"] is False and load_policy(checkpoint, snap_actions=False)[0].snap_actions is False
+    assert make_plan(EvalConfig(checkpoint=str(checkpoint), robots=1)).checkpoint_info["n_action_steps"] == 8
 
 
 def test_a_robots_personal_weights_are_used_for_that_robot_only(checkpoint, tmp_path):

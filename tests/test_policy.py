@@ -9,7 +9,7 @@ from dataset.episodes import select_episodes
 from dataset.stats import fleet_stats
 from dataset.windows import FleetWindowDataset, WindowSpec
 from train.config import TrainConfig
-from train.policies.policy import Normalizer, PolicySpec, make_policy, policy_spec, two_valued_actions
+from train.policies.policy import Normalizer, PolicySpec, make_policy, policy_spec
 
 
 def tiny_mlp() -> torch.nn.Module:
@@ -42,26 +42,6 @@ def test_a_chunk_is_predicted_every_n_action_steps():
         policy.select_action({"observation.state": np.zeros(3, np.float32)})
     assert len(calls) == 3  # steps 0, 2 and 4
     assert calls[0]["observation.state"].shape == (1, 2, 3)  # [B, n_obs_steps, ...], the first frame repeated
-
-
-def test_the_gripper_is_the_two_valued_action_of_the_cube_demonstrations(pick_place_fleet):
-    store = FleetStore.open(pick_place_fleet)
-    assert two_valued_actions(fleet_stats(store)["action"]).tolist() == [store.features["action"]["shape"][0] - 1]
-    constant = {"mean": np.zeros(2), "std": np.zeros(2), "min": np.zeros(2), "max": np.zeros(2)}
-    assert two_valued_actions(constant).size == 0  # one value is not two
-    assert two_valued_actions({"mean": np.zeros(2), "std": np.ones(2)}).size == 0  # no min and max: none known
-
-
-@pytest.mark.parametrize("snap_actions, gripper", [(True, 1.0), (False, 0.3)])
-def test_a_two_valued_action_executes_the_nearer_of_its_values(snap_actions, gripper):
-    spec = PolicySpec(features={"observation.state": [3]}, action_dim=2, horizon=4, n_action_steps=2, hidden=(8,))
-    gripper_stats = {"mean": np.array([0.0, 0.5]), "std": np.array([1.0, np.sqrt(0.75)]),  # +1 three times in four
-                     "min": np.array([-3.0, -1.0]), "max": np.array([3.0, 1.0])}
-    policy = make_policy(spec, {"observation.state": {"mean": np.zeros(3), "std": np.ones(3)}, "action": gripper_stats})
-    policy.snap_actions = snap_actions
-    policy.predict_chunk = lambda window: torch.tensor([[[0.7, 0.3]] * 4])  # a regressed, half-closed gripper
-    action = policy.select_action({"observation.state": np.zeros(3, np.float32)})
-    np.testing.assert_allclose(action, [0.7, gripper], atol=1e-6)  # the continuous dimension is left as it is
 
 
 def test_the_mlp_head_is_its_output_layer():

@@ -137,15 +137,14 @@ def load_checkpoint(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=False)
 
 
-def load_policy(path: Path, robot_id: int | None = None, n_action_steps: int | None = None,
-                snap_actions: bool = True) -> tuple[Policy, dict]:
+def load_policy(path: Path, robot_id: int | None = None,
+                n_action_steps: int | None = None) -> tuple[Policy, dict]:
     """The trained policy (in eval mode) and the checkpoint it came from.
 
     A federated checkpoint may carry personal weights (``checkpoint["personal"]``: robot id ->
     the state-dict entries that stay local, such as a head); with ``robot_id`` those replace the
     shared ones. A robot without personal weights gets the shared policy. ``n_action_steps``
     replaces the spec's: how many actions of each predicted chunk run before the next prediction.
-    ``snap_actions`` is the policy's (``Policy.select_action``).
     """
     checkpoint = load_checkpoint(path)
     spec = PolicySpec(**checkpoint["policy_spec"])
@@ -156,5 +155,4 @@ def load_policy(path: Path, robot_id: int | None = None, n_action_steps: int | N
     if robot_id is not None:
         state.update(checkpoint.get("personal", {}).get(int(robot_id), {}))
     policy.load_state_dict(state)
-    policy.snap_actions = snap_actions
     return policy.eval(), checkpoint

@@ -12,11 +12,6 @@ from the fleet statistics), so a checkpoint is enough to run it:
   action out. It predicts a chunk of actions, executes the first ``n_action_steps``
   of them one per call, then predicts again. A leading batch dimension runs B envs in
   lockstep (``[B, ...]`` in, ``[B, A]`` out); ``reset()`` starts all of them afresh.
-  With ``snap_actions`` (the default), an action dimension that the demonstrations only
-  ever set to its minimum or its maximum (``two_valued_actions``: the experts' gripper,
-  -1 open or +1 closed) executes the nearer of the two. A regressed output in between
-  (a gripper at 0.5) is a command no demonstration gave: the fingers squeeze with less
-  force than the expert's, and a heavy cube can slip.
 
 Camera images reach the policy as uint8 [..., H, W, 3], from the loader and from the
 env alike, and ``normalised`` turns them into float [..., C, H, W] on the policy's
@@ -165,10 +160,6 @@ class Policy(nn.Module):
         self.inputs = nn.ModuleDict({module_key(name): Normalizer.of(stats[name], self.normalisation[name])
                                      for name in spec.features})
         self.action = Normalizer.of(stats["action"], self.normalisation["action"])
-        self.two_valued = two_valued_actions(stats["action"])
-        self.two_values = tuple(np.asarray(stats["action"].get(k, ()), dtype=np.float32)[self.two_valued]
-                                for k in ("min", "max"))
-        self.snap_actions = True
         self.reset()
 
     @classmethod
@@ -228,25 +219,9 @@ class Policy(nn.Module):
             device = next(self.buffers()).device
             window = {name: torch.from_numpy(np.stack(h, axis=1)).to(device) for name, h in self._history.items()}
             chunk = self.predict_chunk(window).cpu().numpy()  # [B, steps, A]
-            if self.snap_actions:
-                low, high = self.two_values
-                chunk[..., self.two_valued] = np.where(chunk[..., self.two_valued] >= (low + high) / 2, high, low)
             self._queued.extend(chunk.transpose(1, 0, 2)[: self.spec.n_action_steps])
         action = self._queued.popleft()
         return action if batched else action[0]
-
-
-def two_valued_actions(stats: dict[str, np.ndarray]) -> np.ndarray:
-    """The action dimensions whose demonstrations take only their minimum and their maximum.
-
-    A variable on [min, max] has a variance of at most (max - mean)(mean - min), with equality
-    exactly when every value is the min or the max (the Bhatia-Davis inequality), so the fleet
-    statistics alone tell. Statistics without min and max (an imported policy's) give none.
-    """
-    if not {"mean", "std", "min", "max"} <= set(stats):
-        return np.array([], dtype=np.int64)
-    mean, std, low, high = (np.asarray(stats[k], dtype=np.float64) for k in ("mean", "std", "min", "max"))
-    return np.flatnonzero((high > low) & np.isclose(std ** 2, (high - mean) * (mean - low), rtol=1e-3, atol=1e-9))
 
 
 def masked_mean(error: torch.Tensor, is_pad: torch.Tensor) -> torch.Tensor:
