@@ -100,6 +100,8 @@ class FullRunConfig:
     hidden: tuple[int, ...] = field(default=(), metadata={"help": "MLP (and cnn head) hidden widths"})
     action_modes: int = field(default=1, metadata={
         "help": "mlp and cnn head: 1 regresses the action chunk, K > 1 a mixture of K Gaussians (train/bc.py)"})
+    mode_actions: tuple[str, ...] = field(default=(), metadata={
+        "help": "with --action-modes K > 1: the action dimensions the modes span (train/bc.py; default: all)"})
     batch_size: int | None = field(default=None, metadata={"help": "windows per rank per step"})
     val_fraction: float = field(default=0.05, metadata={"help": "training episodes held out for the validation loss"})
     ranks: int = field(default=2, metadata={"help": "DDP ranks (torchrun processes)"})
@@ -187,7 +189,9 @@ def collect_command(config: FullRunConfig, task: str, index: int, out: Path) -> 
 
 def train_command(config: FullRunConfig, policy: str, index: int, out: Path) -> list[str]:
     steps, ema_decay, lr = config.training(policy, index)
-    modes = ["--action-modes", str(config.action_modes)] if config.modes_of(policy) else []
+    modes = (["--action-modes", str(config.action_modes), *(["--mode-actions", *config.mode_actions]
+                                                            if config.mode_actions else [])]
+             if config.modes_of(policy) else [])
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={config.ranks}",
             "train/bc.py", "--data", repo_relative(out / "data"), "--out", repo_relative(out / policy / "run"),
             "--policy", policy, "--inputs", config.inputs, "--max-steps", str(steps), "--ema-decay", str(ema_decay),
@@ -233,7 +237,9 @@ def policy_result(config: FullRunConfig, task: str, index: int, policy: str, eva
     if site_goal is not None:
         met = met and all(r is not None and r >= site_goal for r in site_ratios.values())
     return {
-        "task": task, "policy": policy, "action_modes": config.modes_of(policy), "inputs": info["checkpoint"]["inputs"],
+        "task": task, "policy": policy, "action_modes": config.modes_of(policy),
+        "mode_actions": list(config.mode_actions) if config.modes_of(policy) else [],
+        "inputs": info["checkpoint"]["inputs"],
         "training_robots": config.robots, "training_episodes": config.per_task("episodes", index),
         "steps": info["checkpoint"]["step"], "ema_decay": config.training(policy, index)[1],
         "lr": config.training(policy, index)[2],
@@ -280,7 +286,8 @@ def table(results: list[dict], config: FullRunConfig) -> str:
         seconds = r["seconds"]
         sites = [f"{r['policy_per_site'][site]['pc_success']:.1f}% ({r['expert_per_site'][site]:.0f}%)"
                  if site in r["policy_per_site"] else "-" for site in SITES]
-        modes = f" ({r['action_modes']} modes)" if modes_of_row(r) > 1 else ""
+        over = f" over {' '.join(r['mode_actions'])}" if r.get("mode_actions") else ""
+        modes = f" ({r['action_modes']} modes{over})" if modes_of_row(r) > 1 else ""
         lines.append(
             f"| {r['task']} | {r['policy']}{modes} | {r['training_robots']} x {r['training_episodes']} "
             f"| {r['steps']}{' (EMA)' if r.get('ema_decay') else ''} "
@@ -295,7 +302,8 @@ def publish(config: FullRunConfig, results: list[dict]) -> dict:
     (task, policy) pairs this run does not measure."""
     path = Path(config.results_dir) / f"{config.name}.json"
     recorded = json.loads(path.read_text()) if path.exists() else None
-    rows = merged_rows(recorded, results, lambda row: (row["task"], row["policy"], modes_of_row(row)), "results")
+    rows = merged_rows(recorded, results, lambda row: (row["task"], row["policy"], modes_of_row(row),
+                                                       tuple(row.get("mode_actions") or ())), "results")
     command = results[-1]["measured"]["command"]
     result = {"experiment": config.name, "machine": machine_facts(), "config": asdict(config),
               "command": command, "results": rows}

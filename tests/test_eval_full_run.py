@@ -77,15 +77,19 @@ def test_a_rerun_of_one_policy_replaces_its_recorded_row_and_keeps_the_others(tm
                                                         "--docs", str(tmp_path / "evaluation.md")])
     full_run.publish(config, [row("push", "cnn", 90.0, first), row("pick_place", "cnn", 94.0, first)])
     mixture = {**row("pick_place", "cnn", 96.0, second), "action_modes": 2}
+    over_yaw = {**mixture, "mode_actions": ["ee_dyaw"]}
     recorded = full_run.publish(config, [row("pick_place", "act", 50.0, second), row("push", "cnn", 96.0, second),
-                                         mixture])  # a mixture head's row sits beside the regressing one's
+                                         mixture, over_yaw])  # mixture heads' rows sit beside the regressing one's
     assert [(r["task"], r["policy"], r["policy_success"]["pc_success"], r["measured"]["command"])
             for r in recorded["results"]] == [("push", "cnn", 96.0, second), ("pick_place", "cnn", 94.0, first),
-                                              ("pick_place", "act", 50.0, second), ("pick_place", "cnn", 96.0, second)]
+                                              ("pick_place", "act", 50.0, second), ("pick_place", "cnn", 96.0, second),
+                                              ("pick_place", "cnn", 96.0, second)]
     assert json.loads((tmp_path / "full_run_visuomotor.json").read_text())["results"] == recorded["results"]
     text = (tmp_path / "evaluation.md").read_text()
-    assert f"code v: pick_place cnn\n{first}\n" in text and f"code v: push cnn, pick_place act, pick_place cnn\n{second}\n" in text
+    assert f"code v: pick_place cnn\n{first}\n" in text
+    assert f"code v: push cnn, pick_place act, pick_place cnn, pick_place cnn\n{second}\n" in text
     assert "| pick_place | cnn (2 modes) | 2 x 3 | 5 | 96.0%" in text
+    assert "| pick_place | cnn (2 modes over ee_dyaw) | 2 x 3 | 5 | 96.0%" in text
     assert "| pick_place | cnn | 2 x 3 | 5 | 94.0% [0, 100] |" in text and "| push | cnn | 2 x 3 | 5 | 96.0%" in text
     video = tmp_path / "robot_0000_office_policy_episode_000.mp4"
     video.write_bytes(b"mp4")

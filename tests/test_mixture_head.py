@@ -48,6 +48,41 @@ def test_padded_steps_do_not_count_and_the_likeliest_mode_is_acted_on():
         assert torch.equal(head.likeliest(raw)[sample], means[sample, logits[sample].argmax()])
 
 
+def test_modes_over_some_dimensions_split_there_and_regress_the_others():
+    # dimension 0 turns +1 or -1; dimension 1 (say, when the fingers close) varies by +-3, independently of it
+    turn = torch.where(torch.arange(64) % 2 == 0, 1.0, -1.0)
+    timing = torch.where(torch.arange(64) % 4 < 2, 3.0, -3.0)
+    chunks = torch.stack([turn, timing], dim=1)[:, None, :].expand(64, 4, 2)
+
+    def chunk(mode_actions: tuple[int, ...]) -> torch.Tensor:
+        spec = PolicySpec(features={"observation.state": [3]}, action_dim=2, horizon=4, n_action_steps=4,
+                          hidden=(32,), n_obs_steps=1, action_modes=2, mode_actions=mode_actions)
+        torch.manual_seed(0)
+        policy = make_policy(spec, STATS)
+        optimiser = torch.optim.Adam(policy.parameters(), lr=1e-2)
+        batch = {"observation.state": torch.ones(64, 1, 3), "action": chunks,
+                 "action_is_pad": torch.zeros(64, 4, dtype=torch.bool)}
+        for _ in range(300):
+            optimiser.zero_grad()
+            policy(batch).backward()
+            optimiser.step()
+        return policy.eval().predict_chunk({"observation.state": torch.ones(1, 1, 3)})[0]
+
+    everywhere, over_turn = chunk(()), chunk((0,))
+    assert torch.allclose(everywhere[:, 1].abs(), torch.full((4,), 3.0), atol=0.2)  # split on the larger difference
+    assert everywhere[:, 0].abs().max() < 0.2  # and averaged the turn away
+    assert torch.allclose(over_turn[:, 0].abs(), torch.ones(4), atol=0.1)  # one turn, whole
+    assert over_turn[:, 1].abs().max() < 0.2  # the timing regressed to its mean
+
+
+def test_shared_dimensions_are_the_same_in_every_mode():
+    head = MixtureHead(modes=3, horizon=2, action_dim=3, spanned=(1,))
+    assert head.outputs == 3 * (2 * 1 + 1) + 2 * 2
+    _, means = head.split(torch.randn(5, head.outputs))
+    assert means.shape == (5, 3, 2, 3)
+    assert torch.equal(means[:, 0, :, [0, 2]], means[:, 2, :, [0, 2]]) and not torch.equal(means[:, 0, :, 1], means[:, 2, :, 1])
+
+
 def test_only_the_mlp_and_cnn_heads_take_modes():
     features = {"observation.state": {"shape": [3], "dtype": "float32"}, "action": {"shape": [2], "dtype": "float32"}}
     assert policy_spec(TrainConfig(policy="mlp", action_modes=3), features).action_modes == 3
@@ -55,3 +90,9 @@ def test_only_the_mlp_and_cnn_heads_take_modes():
         policy_spec(TrainConfig(policy="diffusion", action_modes=3), features)
     with pytest.raises(ValueError, match="--action-modes must be at least 1"):
         TrainConfig(action_modes=0)
+    named = {**features, "action": {**features["action"], "names": ["ee_dyaw", "gripper"]}}
+    assert policy_spec(TrainConfig(action_modes=2, mode_actions=("gripper",)), named).mode_actions == (1,)
+    with pytest.raises(ValueError, match="add --action-modes 2 or more"):
+        policy_spec(TrainConfig(mode_actions=("gripper",)), named)
+    with pytest.raises(ValueError, match="the action has no dimension 'yaw'; it has ee_dyaw, gripper"):
+        policy_spec(TrainConfig(action_modes=2, mode_actions=("yaw",)), named)

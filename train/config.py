@@ -45,6 +45,9 @@ class PolicyOptions:
     action_modes: int = field(default=1, metadata={
         "help": "mlp and cnn head: 1 regresses the action chunk (mean squared error); K > 1 fits a mixture of K "
                 "Gaussians over it and acts on its likeliest mode, for demonstrations that branch"})
+    mode_actions: tuple[str, ...] = field(default=(), metadata={
+        "help": "with --action-modes K > 1: the action dimensions (names, e.g. ee_dyaw) whose demonstrations "
+                "branch; the modes span only those and share one regressed mean for the others (default: all)"})
     vision_backbone: str = field(default="small", metadata={"help": "cnn image encoder: small or resnet18"})
     lerobot_config: str = field(default="small", metadata={
         "help": "act/diffusion model sizes: small (CPU-sized) or default (LeRobot's)"})

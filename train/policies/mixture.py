@@ -16,7 +16,12 @@ instead reads the network's output as ``modes`` Gaussians over the whole chunk:
 - the loss is the chunk's negative log-likelihood under the mixture, over the steps that
   are not padding, divided by the number of action values per chunk (constants dropped):
   with one mode in charge it is half the mean squared error, plus its -log weight;
-- acting takes the mean of the likeliest mode: deterministic, and always one branch.
+- acting takes the mean of the likeliest mode: deterministic, and always one branch;
+- ``spanned`` limits the modes to some action dimensions (``--mode-actions``); the others
+  get one mean per chunk that every mode shares, so the modes split only where those
+  dimensions branch. Over the whole chunk the largest differences between demonstrations
+  can lie elsewhere: on pick_place, two modes over every dimension also split on when the
+  fingers close.
 """
 
 from __future__ import annotations
@@ -28,16 +33,23 @@ import torch.nn.functional as F
 class MixtureHead:
     """Reads [B, outputs] head outputs as a mixture of ``modes`` unit-variance Gaussians over [horizon, A] chunks."""
 
-    def __init__(self, modes: int, horizon: int, action_dim: int):
+    def __init__(self, modes: int, horizon: int, action_dim: int, spanned: tuple[int, ...] = ()):
         self.modes, self.horizon, self.action_dim = modes, horizon, action_dim
+        self.spanned = sorted(spanned) if spanned else list(range(action_dim))
+        self.shared = [d for d in range(action_dim) if d not in self.spanned]
+        self.order = torch.argsort(torch.tensor(self.spanned + self.shared))  # back to the action's order
 
     @property
     def outputs(self) -> int:
-        return self.modes * (self.horizon * self.action_dim + 1)
+        return self.modes * (self.horizon * len(self.spanned) + 1) + self.horizon * len(self.shared)
 
     def split(self, raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits [B, modes] and means [B, modes, horizon, A]."""
-        return raw[:, :self.modes], raw[:, self.modes:].unflatten(1, (self.modes, self.horizon, self.action_dim))
+        """Logits [B, modes] and means [B, modes, horizon, A] (the shared dimensions the same in every mode)."""
+        own_end = self.modes + self.modes * self.horizon * len(self.spanned)
+        own = raw[:, self.modes:own_end].unflatten(1, (self.modes, self.horizon, len(self.spanned)))
+        shared = raw[:, own_end:].unflatten(1, (self.horizon, len(self.shared)))
+        means = torch.cat([own, shared[:, None].expand(-1, self.modes, -1, -1)], dim=3)[..., self.order.to(raw.device)]
+        return raw[:, :self.modes], means
 
     def loss(self, raw: torch.Tensor, target: torch.Tensor, is_pad: torch.Tensor) -> torch.Tensor:
         """Mean negative log-likelihood of ``target`` [B, horizon, A] chunks, padding [B, horizon] left out."""

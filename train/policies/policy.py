@@ -74,7 +74,8 @@ class PolicySpec:
     kind-specific settings (cnn: its vision backbone; act/diffusion: LeRobot config fields).
     ``inputs`` names the choice ``features`` was made by; ``image_shift`` and
     ``colour_jitter`` are the training augmentation of the images. ``action_modes`` is
-    the mlp and cnn head: 1 regresses the chunk, more fit a mixture (train/policies/mixture.py).
+    the mlp and cnn head: 1 regresses the chunk, more fit a mixture (train/policies/mixture.py)
+    over the action dimensions ``mode_actions`` (empty: all).
     """
 
     kind: str = "mlp"
@@ -90,6 +91,7 @@ class PolicySpec:
     image_shift: int = 0
     colour_jitter: float = 0.0
     action_modes: int = 1
+    mode_actions: tuple[int, ...] = ()
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -246,7 +248,8 @@ class MLPPolicy(Policy):
 
     def __init__(self, spec: PolicySpec, stats: dict[str, dict[str, np.ndarray]]):
         super().__init__(spec, stats)
-        self.mixture = MixtureHead(spec.action_modes, spec.horizon, spec.action_dim) if spec.action_modes > 1 else None
+        self.mixture = (MixtureHead(spec.action_modes, spec.horizon, spec.action_dim, tuple(spec.mode_actions))
+                        if spec.action_modes > 1 else None)
         width = self.encoded_width()
         layers: list[nn.Module] = []
         for hidden in spec.hidden:
@@ -331,12 +334,27 @@ def policy_spec(config, store_features: dict[str, dict]) -> PolicySpec:
     if config.action_modes > 1 and not cls.mixture_head:
         raise ValueError(f"--action-modes is for the mlp and cnn heads; {config.policy} models its actions "
                          "its own way (use --action-modes 1)")
+    mode_actions = action_indices(config.mode_actions, store_features["action"], config.action_modes)
     augmentation = {"image_shift": config.image_shift, "colour_jitter": config.colour_jitter} if takes_cameras else {}
     return PolicySpec(kind=config.policy, n_obs_steps=config.n_obs_steps, horizon=config.horizon,
                       n_action_steps=config.n_action_steps, hidden=tuple(config.hidden), features=features,
                       action_dim=store_features["action"]["shape"][0], inputs=inputs,
-                      action_modes=config.action_modes, **augmentation,
+                      action_modes=config.action_modes, mode_actions=mode_actions, **augmentation,
                       **cls.options(config))
+
+
+def action_indices(names: tuple[str, ...], action_feature: dict, action_modes: int) -> tuple[int, ...]:
+    """The indices of the action dimensions ``names`` (``--mode-actions``) in the store's action."""
+    if not names:
+        return ()
+    if action_modes == 1:
+        raise ValueError("--mode-actions picks the dimensions of a mixture's modes: add --action-modes 2 or more")
+    known = list(action_feature.get("names") or [])
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"--mode-actions: the action has no dimension {unknown[0]!r}; it has "
+                         f"{', '.join(known) if known else 'no names'}")
+    return tuple(sorted(known.index(name) for name in names))
 
 
 def make_policy(spec: PolicySpec, stats: dict[str, dict[str, np.ndarray]]) -> Policy:
