@@ -127,7 +127,7 @@ def test_policy_steps_and_lr_replace_a_tasks_for_that_policy_only_and_keep_the_s
                                                         "--policy-lr", "act=0.0005"])
     pick_place = config.tasks.index("pick_place")
     assert config.training("act", pick_place) == (300, 0.0, 0.0005)
-    assert config.training("cnn", pick_place) == (12000, 0.999, None)
+    assert config.training("cnn", pick_place) == (8000, 0.999, None)
     assert config.training("diffusion", pick_place) == (default_steps["diffusion"], 0.0, default_lr["diffusion"])
     assert config.policy_steps == ("act=300", f"diffusion={default_steps['diffusion']}")  # saved with the results
     command = full_run.train_command(config, "act", pick_place, Path("out"))
