@@ -355,3 +355,12 @@ def test_an_agent_that_raises_fails_the_episodes_of_its_wave_with_the_reason():
     records = evaluate_robot(robot_job)
     assert [(r["success"], r["steps"], r["error"]) for r in records] == \
         [(False, 0, "expert raised ValueError: no plan for this goal")] * 3
+
+
+def test_eval_info_records_the_checkpoint_relative_to_the_repository(checkpoint, monkeypatch):
+    import sim.shared
+
+    monkeypatch.setattr(sim.shared, "REPO", checkpoint.parent.resolve())
+    recorded = make_plan(EvalConfig(checkpoint=str(checkpoint), robots=1)).checkpoint_info["path"]
+    assert recorded.startswith(f"{checkpoint.name}/checkpoints/")  # the run's latest checkpoint, from the "repository"
+    assert sim.shared.from_repo(recorded).is_file()
