@@ -24,6 +24,7 @@ from sim.envs.reach import ReachEnv
 from sim.experts import ReachExpert
 from sim.fleet import SITES, episode_seed, make_robot
 from sim.rollout import run_episode
+import sim.shared
 from sim.tasks import TaskSpec, resolve_task
 from train.checkpoint import latest_checkpoint, load_checkpoint, load_policy
 
@@ -358,8 +359,6 @@ def test_an_agent_that_raises_fails_the_episodes_of_its_wave_with_the_reason():
 
 
 def test_eval_info_records_the_checkpoint_relative_to_the_repository(checkpoint, monkeypatch):
-    import sim.shared
-
     monkeypatch.setattr(sim.shared, "REPO", checkpoint.parent.resolve())
     recorded = make_plan(EvalConfig(checkpoint=str(checkpoint), robots=1)).checkpoint_info["path"]
     assert recorded.startswith(f"{checkpoint.name}/checkpoints/")  # the run's latest checkpoint, from the "repository"
