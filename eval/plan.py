@@ -219,8 +219,8 @@ def make_plan(config: EvalConfig) -> EvalPlan:
         held_out += f", episodes from {config.episode_offset} on"
     info = None
     if checkpoint is not None:
-        info = {"path": repo_relative(checkpoint_path), "format": checkpoint.get("format", "robofleet"), "step": checkpoint["step"],
-                "code_version": checkpoint.get("code_version"),
+        info = {"path": repo_relative(checkpoint_path), "format": checkpoint.get("format", "robofleet"),
+                "step": checkpoint["step"], "code_version": checkpoint.get("code_version"),
                 "task": checkpoint["task"], "policy": checkpoint["policy_spec"]["kind"],
                 "inputs": checkpoint["policy_spec"].get("inputs", "state"), "data": checkpoint.get("data"),
                 "n_action_steps": config.n_action_steps or checkpoint["policy_spec"]["n_action_steps"],

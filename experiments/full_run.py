@@ -62,7 +62,8 @@ SETTINGS = {  # the defaults of each setting; per-task ones are dicts (a task no
     "visuomotor": {"tasks": ("pick_place", "push"), "policies": ("cnn", "act", "diffusion"),
                    "inputs": "proprio+cameras", "cameras": ("front", "wrist"),
                    # pick_place: more data, steps and a weight average than push (0.93 of the expert at 40 x 6000,
-                   # 0.948 at 80 x 8000, 0.954 at 160 x 8000); 12000 steps reached no more than 8000 (docs/evaluation.md)
+                   # 0.948 at 80 x 8000, 0.954 at 160 x 8000); 12000 steps reached no more than 8000
+                   # (docs/evaluation.md)
                    "episodes": {"pick_place": 160, "push": 40}, "steps": {"pick_place": 8000, "push": 5000},
                    "ema_decay": {"pick_place": 0.999, "push": 0.0}, "hidden": (256, 256), "batch_size": 64,
                    # LeRobot's act and diffusion train at ~70 and ~47 windows/s on 2 CPU ranks (the cnn: ~300),
