@@ -3,6 +3,7 @@ calibrated on this machine and checked against every rank count it can run.
 
     .venv/bin/python -m experiments.compute_scaling                  # measure, fit, predict (~20 min, 2 quiet cores)
     .venv/bin/python -m experiments.compute_scaling --skip-measure   # refit and redraw from the recorded measurements
+    .venv/bin/python -m experiments.compute_scaling --skip-measure --retime-transports   # and time the transports anew
 
 The model (experiments/step_model.py) is step time = k x (data + compute) + wait(R) + transfer(R):
 the straggler wait of R ranks meeting at every step, and the all-reduce of the gradient bytes,
@@ -12,7 +13,10 @@ This script:
 1. collects a fleet (``--robots`` x ``--episodes`` of ``--task``) unless ``--data`` names one;
 2. times the transports between 2 ranks under torchrun, for each of ``--sweep-floats`` float32
    tensors (the operations of benchmarks/gloo_latency.py, mean of the calls): gloo's all_reduce
-   and all_gather, the socket ring and shared memory; and fits alpha and beta to each;
+   and all_gather, the socket ring and shared memory; and fits alpha and beta to each. Each timed
+   call follows ``--sweep-gap-ms`` of matrix products, as a training step's all-reduce follows its
+   backward pass (back to back, gloo found its threads awake and its data cached: the mlp's
+   all-reduce timed several times cheaper than it costs in training);
 3. trains each of ``--policies`` with bc.py for a short run per setup (``runs``), one thread per
    rank, and reads its RUN/metrics.jsonl over the steps after the first log window.
    Calibration: one process without DDP (data wait and compute alone on the host); two such
@@ -118,10 +122,14 @@ class ScalingConfig:
                                           metadata={"help": "float32 tensor sizes the transports are timed at"})
     sweep_seconds: float = field(default=0.5, metadata={"help": "seconds timed per operation and size"})
     sweep_iterations: int = field(default=200, metadata={"help": "most calls timed per operation and size"})
+    sweep_gap_ms: float = field(default=5.0, metadata={
+        "help": "ms of matrix products before each timed call, as a training step computes between its all-reduces"})
     max_ranks: int = field(default=64, metadata={"help": "predict up to this many ranks"})
     skip_measure: bool = field(default=False, metadata={"help": "refit from --measurements instead of measuring"})
     measurements: str = field(default="", metadata={
         "help": "compute_scaling.json whose measurements --skip-measure reuses (default: RESULTS_DIR's)"})
+    retime_transports: bool = field(default=False, metadata={
+        "help": "with --skip-measure: time the transports anew (~1 min), keep the recorded training runs"})
     gpu_results: str = field(default="benchmarks/results/gpu_paths.json", metadata={"help": "recorded GPU figures"})
     docs: str = field(default="docs/scaling.md", metadata={"help": "markdown file for the section"})
     plot: str = field(default="docs/media/compute_scaling.png", metadata={"help": "the scaling chart (PNG)"})
@@ -136,6 +144,9 @@ class ScalingConfig:
         check_options(self, ("steps", "lerobot_steps"), lambda value: value >= 2, "must be at least 2")
         check_options(self, ("max_ranks",), lambda value: value >= 2, "must be at least 2")
         check_options(self, ("sweep_seconds", "bucket_cap_mb"), lambda value: value > 0, "must be positive")
+        check_options(self, ("sweep_gap_ms",), lambda value: value >= 0, "must be 0 or more")
+        if self.retime_transports and not self.skip_measure:
+            raise ValueError("--retime-transports goes with --skip-measure (without it every transport is timed)")
         if len(self.sweep_floats) < 2 or min(self.sweep_floats) < 1:
             raise ValueError("--sweep-floats needs two sizes or more, each at least 1")
         for steps, interval in ((self.steps, self.log_interval), (self.lerobot_steps, self.lerobot_log_interval)):
@@ -146,10 +157,19 @@ class ScalingConfig:
 # ----- transports -----------------------------------------------------------------------------------------------
 
 
-def sweep_ranks(floats: list[int], seconds: float, iterations: int, out: Path) -> None:
+def compute_for(seconds: float, matrix: torch.Tensor) -> None:
+    """Matrix products for ``seconds``: between two timed calls the transport's threads idle and its data
+    leaves the caches, as in a training step (back to back, every call would find them warm)."""
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        matrix @ matrix
+
+
+def sweep_ranks(floats: list[int], seconds: float, iterations: int, gap_ms: float, out: Path) -> None:
     """The body of each torchrun rank: rank 0 writes {transport: [[ranks, bytes, mean s, median s], ...]} to ``out``."""
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
+    matrix = torch.randn(128, 128)
     ring, shared = SocketRing(), SharedMemoryAllReduce.connect(min(4 * max(floats), MAX_SLOT_BYTES))
     points = {transport: [] for operation, transport in SWEEP.items() if operation != "shm" or shared}
     for size in floats:
@@ -164,6 +184,7 @@ def sweep_ranks(floats: list[int], seconds: float, iterations: int, out: Path) -
             dist.barrier()
             milliseconds = []
             for _ in range(int(count)):
+                compute_for(gap_ms / 1e3, matrix)
                 started = time.perf_counter()
                 call()
                 milliseconds.append((time.perf_counter() - started) * 1e3)
@@ -177,7 +198,7 @@ def sweep_ranks(floats: list[int], seconds: float, iterations: int, out: Path) -
 def measure_transports(config: ScalingConfig, out: Path) -> dict:
     """``sweep_ranks`` on 2 ranks under torchrun: rank 0's points."""
     points = out / "transports.json"
-    body = json.dumps([list(config.sweep_floats), config.sweep_seconds, config.sweep_iterations])
+    body = json.dumps([list(config.sweep_floats), config.sweep_seconds, config.sweep_iterations, config.sweep_gap_ms])
     command = [*python_command(2), "-m", "experiments.compute_scaling", "--rank-body", body, str(points)]
     completed = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **TORCHRUN_ENV}, cwd=REPO)
     if completed.returncode != 0:
@@ -314,6 +335,10 @@ def main(argv: list[str] | None = None) -> dict:
         missing = [policy for policy in config.policies if policy not in measurements["policies"]]
         if missing:
             fail(f"--skip-measure: {source} has no measurements of {', '.join(missing)}")
+        if config.retime_transports:
+            Path(config.out).mkdir(parents=True, exist_ok=True)
+            measurements = {**measurements, "transports": measure_transports(config, Path(config.out)),
+                            "transports_machine": machine_facts(), "transports_command": command}
     else:
         measurements = measure(config, command)
     result = {"experiment": "compute_scaling", "command": command, "config": asdict(config),

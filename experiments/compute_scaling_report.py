@@ -30,8 +30,11 @@ LIMITATIONS = [
     "cores (two processes at once); a host with more cores shares its caches and memory among more ranks.",
     "The straggler wait takes the ranks' step times as independent draws from this machine's single steps: "
     "another machine, or ranks that slow down together, spread differently.",
-    "Not modelled: DDP's own fixed cost per step (the 1-rank DDP check measures it) and any overlap of "
-    "communication with the backward pass.",
+    "Not modelled: DDP's own fixed cost per step (the 1-rank DDP checks measure it: within this VM's noise on "
+    "CPU, large beside a launch-bound GPU step) and any overlap of communication with the backward pass.",
+    "Every call is costed as the sweep times it: after --sweep-gap-ms of computing, its threads idle and its "
+    "data out of the caches. PowerSGD's second and third all-reduce of a bucket follow the first at once and "
+    "cost less than that, so its predictions are slow (the mlp's most: its step is the shortest).",
     "shm needs every rank on one host: its curves are for a host with R cores.",
     "With --grad-accum the optimiser step is counted once per micro-step (an upper bound on compute).",
 ]
@@ -317,11 +320,16 @@ def section(config, measurements: dict, results: dict, command: str) -> str:
     """The markdown of the ``scaling_compute`` section."""
     machine = measurements["machine"]
     plot_link = os.path.relpath(Path(config.plot).resolve(), Path(config.docs).resolve().parent)
-    commands = [measurements["command"]] + ([f"{command}   # refits the recorded measurements"]
-                                            if command != measurements["command"] else [])
+    retimed = measurements.get("transports_machine")
+    commands = [measurements["command"]]
+    if retimed:
+        commands.append(f"{measurements['transports_command']}   # times the transports again, refits the rest")
+    if command not in (measurements["command"], measurements.get("transports_command")):
+        commands.append(f"{command}   # refits the recorded measurements")
     lines = [f"Measured {machine['date']} on {machine['cores']} cores ({machine['device']}), code "
-             f"{machine['code_version']}, on `{measurements['data']}`; one thread per rank.", "", "```bash",
-             *commands, "```", "", f"![speedup against ranks per policy and setting]({plot_link})", "",
+             f"{machine['code_version']}, on `{measurements['data']}`; one thread per rank."
+             + (f" Transports timed again {retimed['date']}, code {retimed['code_version']}." if retimed else ""),
+             "", "```bash", *commands, "```", "", f"![speedup against ranks per policy and setting]({plot_link})", "",
              "The model (`experiments/step_model.py`): step = k x (data + compute) + wait(R) + transfer(R); "
              "samples/s = R x k x batch / step; sync efficiency = k x compute / (k x compute + wait + transfer). "
              "Data wait and compute come from processes without DDP: one alone for one rank, two at once (every "

@@ -147,6 +147,28 @@ def test_the_script_writes_its_json_chart_and_section_from_recorded_measurements
     assert "](media/compute_scaling.png)" in text and "--skip-measure" in text
 
 
+def test_retiming_the_transports_replaces_them_and_keeps_the_recorded_training_runs(tmp_path):
+    recorded = synthetic_measurements(4)
+    source = tmp_path / "recorded.json"
+    source.write_text(json.dumps({"measurements": recorded}))
+    arguments = ["--skip-measure", "--retime-transports", "--measurements", str(source), "--policies", "mlp",
+                 "--sweep-floats", "16", "4096", "--sweep-seconds", "0.01", "--sweep-iterations", "5",
+                 "--sweep-gap-ms", "1", "--out", str(tmp_path / "out"), "--docs", str(tmp_path / "scaling.md"),
+                 "--plot", str(tmp_path / "compute_scaling.png"), "--results-dir", str(tmp_path / "results")]
+    written = compute_scaling.main(arguments)["measurements"]
+    assert written["policies"] == json.loads(json.dumps(recorded["policies"]))
+    assert written["transports"] != recorded["transports"]
+    assert all([p[:2] for p in points] == [[2, 64], [2, 16384]] for points in written["transports"].values())
+    assert "--retime-transports" in written["transports_command"]
+    assert "# times the transports again" in (tmp_path / "scaling.md").read_text()
+
+
+def test_retiming_the_transports_without_skip_measure_is_a_one_line_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        compute_scaling.main(["--retime-transports", "--results-dir", str(tmp_path)])
+    assert exit_info.value.code == 2 and "goes with --skip-measure" in capsys.readouterr().err
+
+
 def test_skip_measure_without_measurements_is_a_one_line_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         compute_scaling.main(["--skip-measure", "--results-dir", str(tmp_path)])
