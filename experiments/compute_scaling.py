@@ -12,11 +12,13 @@ This script:
 
 1. collects a fleet (``--robots`` x ``--episodes`` of ``--task``) unless ``--data`` names one;
 2. times the transports between 2 ranks under torchrun, for each of ``--sweep-floats`` float32
-   tensors (the operations of benchmarks/gloo_latency.py, mean of the calls): gloo's all_reduce
-   and all_gather, the socket ring and shared memory; and fits alpha and beta to each. Each timed
+   tensors (the operations of benchmarks/gloo_latency.py, mean of the calls): gloo's all_reduce,
+   the socket ring, shared memory, and the int8 hook's exchange of codes (``int8_exchange``); and
+   fits alpha and beta to each. Each cold
    call follows ``--sweep-gap-ms`` of matrix products, as a training step's all-reduce follows its
    backward pass (back to back, gloo found its threads awake and its data cached: the mlp's
-   all-reduce timed several times cheaper than it costs in training);
+   all-reduce timed several times cheaper than it costs in training). A warm call follows each
+   cold one at once, as PowerSGD's second and third all-reduce follow its first, and gets its own fit;
 3. trains each of ``--policies`` with bc.py for a short run per setup (``runs``), one thread per
    rank, and reads its RUN/metrics.jsonl over the steps after the first log window.
    Calibration: one process without DDP (data wait and compute alone on the host); two such
@@ -54,12 +56,13 @@ import sim  # noqa: F401  (first: headless rendering before mujoco loads)
 import torch
 import torch.distributed as dist
 
-from benchmarks.common import TORCHRUN_ENV, machine_facts, python_command, rate, write_results
+from benchmarks.common import TORCHRUN_ENV, machine_facts, python_command, write_results
 from benchmarks.gloo_latency import call_statistics, collectives
 from benchmarks.train_speed import window_figures
 from collect import CollectConfig
 from collect.engine import run_collection
 from experiments.compute_scaling_report import report
+from experiments.step_model import int8_payload_bytes
 from sim.shared import REPO, check_options, fail, parse_config, repo_relative
 from train.checkpoint import load_policy
 from train.comm.compression import dequantize_int8, quantize_int8
@@ -69,7 +72,7 @@ from train.monitor import read_records
 
 POLICIES = ("mlp", "act", "diffusion")
 # sweep operation (gloo_latency's name): transport (experiments/step_model.py)
-SWEEP = {"all_reduce": "gloo", "all_gather": "gloo_all_gather", "ring": "ring", "shm": "shm"}
+SWEEP = {"all_reduce": "gloo", "int8_exchange": "int8_exchange", "ring": "ring", "shm": "shm"}
 
 
 class Run(NamedTuple):
@@ -118,10 +121,12 @@ class ScalingConfig:
     powersgd_rank: int = field(default=2, metadata={"help": "--powersgd-rank"})
     bucket_cap_mb: float = field(default=25.0, metadata={"help": "--bucket-cap-mb"})
     rounds: int = field(default=2, metadata={"help": "times each bc.py setup runs (the fastest counts)"})
-    sweep_floats: tuple[int, ...] = field(default=(16, 1024, 16384, 131072, 1048576, 4194304, 12582912),
-                                          metadata={"help": "float32 tensor sizes the transports are timed at"})
-    sweep_seconds: float = field(default=0.5, metadata={"help": "seconds timed per operation and size"})
-    sweep_iterations: int = field(default=200, metadata={"help": "most calls timed per operation and size"})
+    sweep_floats: tuple[int, ...] = field(default=(16, 1024, 16384, 131072, 524288, 1048576, 2097152), metadata={
+        "help": "float32 tensor sizes the transports are timed at (the fits hold between them: keep the policies' "
+                "buckets inside)"})
+    sweep_seconds: float = field(default=2.0, metadata={"help": "seconds of calls timed per operation and size"})
+    sweep_iterations: int = field(default=800, metadata={
+        "help": "most calls timed per operation and size (gloo's slowest tenth of calls sets its mean)"})
     sweep_gap_ms: float = field(default=5.0, metadata={
         "help": "ms of matrix products before each timed call, as a training step computes between its all-reduces"})
     max_ranks: int = field(default=64, metadata={"help": "predict up to this many ranks"})
@@ -165,15 +170,40 @@ def compute_for(seconds: float, matrix: torch.Tensor) -> None:
         matrix @ matrix
 
 
+def timed_seconds(call) -> float:
+    started = time.perf_counter()
+    call()
+    return time.perf_counter() - started
+
+
+def int8_exchange(tensor: torch.Tensor):
+    """One call of what the int8 hook adds per bucket from a second rank on: the all-gather of every rank's
+    codes and scales, and dequantising the other ranks' rows into the sum (quantising and the own row are
+    its codec, which the 1-rank run measures)."""
+    codes, scales = quantize_int8(tensor)
+    payload = torch.cat([codes, scales.view(torch.int8)])
+    rank, ranks = dist.get_rank(), dist.get_world_size()
+    gathered, total = payload.new_empty(ranks * payload.numel()), torch.zeros_like(tensor)
+
+    def call():
+        dist.all_gather_into_tensor(gathered, payload)
+        for other, row in enumerate(gathered.view(ranks, -1)):
+            if other != rank:
+                total.add_(dequantize_int8(row[: len(codes)], row[len(codes):].view(torch.float32), total))
+
+    return call
+
+
 def sweep_ranks(floats: list[int], seconds: float, iterations: int, gap_ms: float, out: Path) -> None:
-    """The body of each torchrun rank: rank 0 writes {transport: [[ranks, bytes, mean s, median s], ...]} to ``out``."""
+    """The body of each torchrun rank: rank 0 writes {transport: [[ranks, bytes, mean s, median s, warm mean s,
+    warm median s], ...]} to ``out``. Each cold call follows ``gap_ms`` of computing; a warm call follows it at once."""
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
     matrix = torch.randn(128, 128)
     ring, shared = SocketRing(), SharedMemoryAllReduce.connect(min(4 * max(floats), MAX_SLOT_BYTES))
     points = {transport: [] for operation, transport in SWEEP.items() if operation != "shm" or shared}
     for size in floats:
-        calls = collectives(torch.zeros(size), ring, shared)  # zeros: the sums stay 0
+        calls = collectives(torch.zeros(size), ring, shared) | {"int8_exchange": int8_exchange(torch.randn(size))}
         for operation in (operation for operation in SWEEP if operation in calls):
             call = calls[operation]
             started = time.perf_counter()
@@ -182,14 +212,15 @@ def sweep_ranks(floats: list[int], seconds: float, iterations: int, gap_ms: floa
             count = torch.tensor([min(iterations, max(5, int(seconds * 3 / (time.perf_counter() - started))))])
             dist.broadcast(count, 0)  # every rank makes the same calls
             dist.barrier()
-            milliseconds = []
+            cold, warm = [], []
             for _ in range(int(count)):
                 compute_for(gap_ms / 1e3, matrix)
-                started = time.perf_counter()
-                call()
-                milliseconds.append((time.perf_counter() - started) * 1e3)
-            figures = call_statistics(milliseconds)
-            points[SWEEP[operation]].append([2, 4 * size, figures["mean"] / 1e3, figures["median"] / 1e3])
+                cold.append(timed_seconds(call) * 1e3)
+                warm.append(timed_seconds(call) * 1e3)
+            figures = [call_statistics(durations)[key] / 1e3 for durations in (cold, warm)
+                       for key in ("mean", "median")]
+            sent = int8_payload_bytes(4 * size) if operation == "int8_exchange" else 4 * size
+            points[SWEEP[operation]].append([2, sent, *figures])
     if dist.get_rank() == 0:
         out.write_text(json.dumps(points))
     dist.destroy_process_group()
@@ -277,19 +308,11 @@ def train(config: ScalingConfig, data: Path, policy: str, run: Run, out: Path) -
     return figures
 
 
-def decode_seconds(elements: int) -> float:
-    """One dequantise-and-add of ``elements`` int8 values, as the int8 hook does per rank (this thread)."""
-    codes, scales = quantize_int8(torch.randn(elements))
-    total = torch.zeros(elements)
-    return 1.0 / rate(lambda: total.add_(dequantize_int8(codes, scales, total)), seconds=0.5, warmup=3)
-
-
 def measure_policies(config: ScalingConfig, data: Path, out: Path) -> dict:
     """Every policy's every setup of ``runs``, ``--rounds`` times (rounds outermost: the machine drifts);
-    the fastest of each, the policy's gradient shapes and its int8 decode time."""
+    the fastest of each, and the policy's gradient shapes."""
     setups = runs(config.grad_accum)
     rounds = {policy: {name: [] for name in setups} for policy in config.policies}
-    torch.set_num_threads(1)  # decode_seconds times one thread, as each rank has
     for round_index in range(config.rounds):
         for policy in config.policies:
             for name, run in setups.items():
@@ -303,7 +326,6 @@ def measure_policies(config: ScalingConfig, data: Path, out: Path) -> dict:
         shapes = [list(p.shape) for p in module.parameters() if p.requires_grad]
         measured[policy] = {
             "batch": batch_size(config, policy), "shapes": shapes,
-            "int8_decode_s": decode_seconds(sum(torch.Size(shape).numel() for shape in shapes)),
             "runs": {name: {**setups[name]._asdict(), **max(figures, key=lambda f: f["samples_per_s"]),
                             "rounds_samples_per_s": [f["samples_per_s"] for f in figures]}
                      for name, figures in rounds[policy].items()}}

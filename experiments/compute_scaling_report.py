@@ -7,6 +7,7 @@ recorded GPU figures, the scaling chart and the ``scaling_compute`` section of t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -32,43 +33,50 @@ LIMITATIONS = [
     "another machine, or ranks that slow down together, spread differently.",
     "Not modelled: DDP's own fixed cost per step (the 1-rank DDP checks measure it: within this VM's noise on "
     "CPU, large beside a launch-bound GPU step) and any overlap of communication with the backward pass.",
-    "Every call is costed as the sweep times it: after --sweep-gap-ms of computing, its threads idle and its "
-    "data out of the caches. PowerSGD's second and third all-reduce of a bucket follow the first at once and "
-    "cost less than that, so its predictions are slow (the mlp's most: its step is the shortest).",
+    "The fits are linear in bytes between the sizes swept (column sizes). Calls far larger leave the caches "
+    "and cost more per byte: sweep larger sizes (--sweep-floats) before predicting for buckets above them.",
     "shm needs every rank on one host: its curves are for a host with R cores.",
     "With --grad-accum the optimiser step is counted once per micro-step (an upper bound on compute).",
 ]
 
 
 def fit_transports(points: dict[str, list]) -> tuple[dict[str, Transport], dict]:
-    """Each measured transport's fit from its points [ranks, bytes, mean s, median s], and a summary for the JSON."""
+    """Each measured transport's cold and warm fit from its points [ranks, bytes, mean s, median s, warm mean s,
+    warm median s], and a summary for the JSON."""
     transports, fits = {}, {}
     for name, measured in points.items():
         algorithm, carries = TRANSPORTS[name]
-        transports[name], error = fit_transport(algorithm, [(r, n, mean) for r, n, mean, _ in measured],
-                                                MAX_SLOT_BYTES if name == "shm" else None)
+        slot = MAX_SLOT_BYTES if name == "shm" else None
+        cold, error = fit_transport(algorithm, [(r, n, mean) for r, n, mean, *_ in measured], slot)
+        warm, warm_error = fit_transport(algorithm, [(r, n, warm_mean) for r, n, _, _, warm_mean, _ in measured], slot)
+        transports[name] = dataclasses.replace(cold, warm=warm)
         fits[name] = {"carries": carries, "algorithm": algorithm, "f_g": TRANSPORT_ALGORITHMS[algorithm][0],
-                      "alpha_s": transports[name].alpha_s, "beta_s_per_byte": transports[name].beta_s_per_byte,
-                      "rms_relative_error": error, "sizes_bytes": [n for _, n, _, _ in measured]}
+                      "alpha_s": cold.alpha_s, "beta_s_per_byte": cold.beta_s_per_byte, "rms_relative_error": error,
+                      "warm_alpha_s": warm.alpha_s, "warm_beta_s_per_byte": warm.beta_s_per_byte,
+                      "warm_rms_relative_error": warm_error, "sizes_bytes": [n for _, n, *_ in measured]}
     return transports, fits
 
 
 def per_step(run: dict) -> dict[str, float]:
-    """A run's data wait, compute and communication per optimiser step (one rank's)."""
-    return {key: run[f"{key}_s"] / run["steps"] for key in ("data_wait", "compute", "communication")}
+    """A run's data wait, compute and communication per optimiser step (one rank's), and their sum."""
+    figures = {key: run[f"{key}_s"] / run["steps"] for key in ("data_wait", "compute", "communication")}
+    return {**figures, "step": sum(figures.values())}
 
 
 def policy_cost(measured: dict, bucket_cap_mb: float, powersgd_rank: int) -> PolicyCost:
     """The costs the model takes from one policy's calibration runs (experiments.compute_scaling.runs)."""
     plain, shared = per_step(measured["runs"]["1 process"]), per_step(measured["runs"]["2 processes"])
+
+    def added_by(run: str) -> float:  # the hook's work inside the backward pass counts too, not only what it exposes
+        return per_step(measured["runs"][run])["step"] - plain["step"]
+
     return PolicyCost(batch=measured["batch"], data_s=plain["data_wait"], compute_s=plain["compute"],
                       shapes=tuple(map(tuple, measured["shapes"])), shared_data_s=shared["data_wait"],
                       shared_compute_s=shared["compute"],
                       step_times_s=tuple(measured["runs"]["2 processes"]["step_times_s"]),
                       bucket_cap_bytes=int(bucket_cap_mb * 2 ** 20),
-                      int8_codec_s=per_step(measured["runs"]["1 rank, int8"])["communication"],
-                      int8_decode_s=measured["int8_decode_s"],
-                      powersgd_codec_s=per_step(measured["runs"]["1 rank, powersgd"])["communication"],
+                      int8_codec_s=added_by("1 rank, int8"),
+                      powersgd_codec_s=added_by("1 rank, powersgd"),
                       powersgd_rank=powersgd_rank)
 
 
@@ -146,7 +154,10 @@ def gpu_figures(path: Path, costs: dict[str, PolicyCost]) -> dict | None:
         plain = policies["mlp"]
         predicted = plain["batch"] / (plain["data_wait_s"] + plain["compute_s"])
         check = {"measured_samples_per_s": hooks["none"]["samples_per_s"], "predicted_samples_per_s": predicted,
-                 "error": predicted / hooks["none"]["samples_per_s"] - 1}
+                 "error": predicted / hooks["none"]["samples_per_s"] - 1,
+                 "other_mlp_without_ddp": {name: figures["samples_per_s"] for name, figures in
+                                           recorded["variants"].items() if name.startswith("mlp ")
+                                           and figures["ok"] and not figures["torchrun"]}}
     return {"device": recorded["machine"]["device"], "date": recorded["machine"]["date"], "nccl_fit": None,
             "why_no_fit": NO_NCCL_FIT, "policies": policies, "one_rank_hooks": hooks, "check": check}
 
@@ -225,7 +236,8 @@ def policy_summary(cost: PolicyCost, max_ranks: int) -> dict:
             "shared_data_s": cost.shared_data_s, "shared_compute_s": cost.shared_compute_s,
             "straggler_s": {str(ranks): straggler_s(cost.step_times_s, ranks) for ranks in (2, max_ranks)},
             "gradient_bytes": cost.gradient_bytes, "buckets": len(cost.buckets()),
-            "int8_codec_s": cost.int8_codec_s, "int8_decode_s": cost.int8_decode_s,
+            "largest_bucket_bytes": max(cost.bucket_bytes()),
+            "int8_codec_s": cost.int8_codec_s,
             "int8_payload_bytes": sum(map(int8_payload_bytes, cost.bucket_bytes())),
             "powersgd_codec_s": cost.powersgd_codec_s,
             "powersgd_bytes": sum(sum(powersgd_bytes(bucket, cost.powersgd_rank)) for bucket in cost.buckets())}
@@ -236,27 +248,51 @@ def milliseconds(*seconds: float) -> str:
 
 
 def transport_table(fits: dict) -> list[str]:
-    lines = ["| transport | carries | algorithm | alpha (us) | beta (ns/byte) | bandwidth | sizes | fit rms error |",
+    lines = ["Each transport cold (after --sweep-gap-ms of computing) / warm (at once after another call):", "",
+             "| transport | carries | algorithm | alpha (us) | beta (ns/byte) | bandwidth | sizes | fit rms error |",
              "|---|---|---|---|---|---|---|---|"]
+
+    def bandwidth(beta: float) -> str:
+        return f"{1e-9 / beta:.2f}" if beta > 0 else "-"
+
     for name, fit in fits.items():
-        bandwidth = f"{1e-9 / fit['beta_s_per_byte']:.2f} GB/s" if fit["beta_s_per_byte"] > 0 else "-"
-        lines.append(f"| {name} | {fit['carries']} | {fit['algorithm']}, {fit['f_g']} | {fit['alpha_s'] * 1e6:.1f} | "
-                     f"{fit['beta_s_per_byte'] * 1e9:.3f} | {bandwidth} | {len(fit['sizes_bytes'])} | "
-                     f"{fit['rms_relative_error']:.0%} |")
+        sizes = fit["sizes_bytes"]
+        lines.append(f"| {name} | {fit['carries']} | {fit['algorithm']}, {fit['f_g']} | "
+                     f"{fit['alpha_s'] * 1e6:.1f} / {fit['warm_alpha_s'] * 1e6:.1f} | "
+                     f"{fit['beta_s_per_byte'] * 1e9:.3f} / {fit['warm_beta_s_per_byte'] * 1e9:.3f} | "
+                     f"{bandwidth(fit['beta_s_per_byte'])} / {bandwidth(fit['warm_beta_s_per_byte'])} GB/s | "
+                     f"{len(sizes)}: {min(sizes):,} B to {max(sizes) / 1e6:.1f} MB | "
+                     f"{fit['rms_relative_error']:.0%} / {fit['warm_rms_relative_error']:.0%} |")
     return lines + [f"| nccl | GPUs | ring | - | - | - | 0 | not fitted: {NO_NCCL_FIT} |"]
+
+
+def beyond_the_sweep(fits: dict, policies: dict) -> list[str]:
+    """A warning for each policy and transport whose call for the policy's largest bucket is larger than any
+    the transport was timed at."""
+    warnings = []
+    for policy, cost in policies.items():
+        for name, fit in fits.items():
+            largest = cost["largest_bucket_bytes"]
+            sent = int8_payload_bytes(largest) if name == HOOK_TRANSPORT["int8"] else largest
+            if sent > max(fit["sizes_bytes"]):
+                warnings.append(f"**{policy}'s largest bucket sends {sent / 1e6:.1f} MB by {name}, more than it was "
+                                f"timed at ({max(fit['sizes_bytes']) / 1e6:.1f} MB): those transfers are "
+                                "extrapolated.**")
+    return warnings
 
 
 def policy_table(policies: dict, max_ranks: int) -> list[str]:
     lines = ["Per micro-step, alone on the host / with every core training; straggler wait per step at 2 / "
              f"{max_ranks} ranks:", "",
              "| policy | batch per rank | gradients | DDP buckets | data wait | compute | straggler wait | int8 codec "
-             "| int8 decode per rank | PowerSGD codec | PowerSGD sends |", "|---" * 11 + "|"]
+             "| PowerSGD codec | PowerSGD sends |", "|---" * 10 + "|"]
     for policy, cost in policies.items():
-        lines.append(f"| {policy} | {cost['batch']} | {cost['gradient_bytes'] / 1e6:.2f} MB | {cost['buckets']} | "
+        lines.append(f"| {policy} | {cost['batch']} | {cost['gradient_bytes'] / 1e6:.2f} MB | "
+                     f"{cost['buckets']}, largest {cost['largest_bucket_bytes'] / 1e6:.2f} MB | "
                      f"{milliseconds(cost['data_s'], cost['shared_data_s'])} | "
                      f"{milliseconds(cost['compute_s'], cost['shared_compute_s'])} | "
                      f"{milliseconds(*cost['straggler_s'].values())} | {milliseconds(cost['int8_codec_s'])} | "
-                     f"{milliseconds(cost['int8_decode_s'])} | {milliseconds(cost['powersgd_codec_s'])} | "
+                     f"{milliseconds(cost['powersgd_codec_s'])} | "
                      f"{cost['powersgd_bytes'] / 1e6:.3f} MB |")
     return lines
 
@@ -269,9 +305,10 @@ def check_table(rows: list[dict]) -> list[str]:
     lines = [f"Checks: {within} of {len(checked)} measured points within {CHECK_TOLERANCE:.0%} of the model "
              "(calibration rows are runs the model was fitted to); the measured figure is the best round, and "
              f"the rounds of one point differ by {spread:.0%} (median; column \"rounds' spread\"), so this VM's "
-             f"noise is of the tolerance's size. Of the {len(misses)} misses, "
-             f"{sum(row['within_rounds'] for row in misses)} fall between their rounds' slowest and fastest. "
-             "Exposed communication is bc.py's (train/monitor.py): under a blocking hook it leaves out the buckets "
+             "noise is of the tolerance's size."
+             + (f" Of the {len(misses)} misses, {sum(row['within_rounds'] for row in misses)} fall between their "
+                "rounds' slowest and fastest." if misses else "")
+             + " Exposed communication is bc.py's (train/monitor.py): under a blocking hook it leaves out the buckets "
              "before the last, which it counts as compute.", "",
              "| policy | point | role | measured samples/s | rounds' spread | predicted | error | "
              "sync eff measured / predicted | exposed communication per step: measured / predicted (wait + transfer) |",
@@ -313,6 +350,13 @@ def gpu_text(gpu: dict, source: str) -> list[str]:
                   f"the model, which gives nccl no cost at one rank, predicts {check['predicted_samples_per_s']:.0f} "
                   f"({check['error']:+.0%}): DDP's fixed cost per step, large beside a launch-bound GPU step, is "
                   "not in it."]
+        others = check.get("other_mlp_without_ddp")
+        if others:
+            names = ", ".join(name.removeprefix("mlp ") for name in others)
+            lines[-1] += (f" The same file's other mlp runs without DDP ({names}) "
+                          f"train at {min(others.values()):.0f} to {max(others.values()):.0f} samples/s: a few more "
+                          "kernels a step cost as much as DDP does, so one run per variant cannot tell DDP's fixed "
+                          "cost from the spread of a launch-bound step.")
     return lines
 
 
@@ -337,6 +381,7 @@ def section(config, measurements: dict, results: dict, command: str) -> str:
              "the single steps of those two processes (x sqrt(k)); transfer(R) the hook's all-reduce with the "
              "transports below, once a step, not overlapped with the backward pass.", "",
              *transport_table(results["fits"]), "", *policy_table(results["policies"], config.max_ranks), "",
+             *(f"{warning}\n" for warning in beyond_the_sweep(results["fits"], results["policies"])),
              *check_table(results["checks"]), "", *prediction_table(results["predictions"], config.max_ranks), "",
              *(f"- {sentence}" for sentence in results["where_it_stops"])]
     if results["gpu"]:

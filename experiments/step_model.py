@@ -31,18 +31,23 @@ Each transport costs, per call of n bytes between R ranks (``TRANSPORT_ALGORITHM
 
 - ``ring`` (``train/comm/socket_ring.py``) and ``gloo`` (DDP's all_reduce; gloo's ring
   algorithm assumed): ring all-reduce, f = 2(R - 1), g = 2(R - 1) / R;
-- ``gloo_all_gather`` (the int8 hook's collective): ring all-gather of every rank's n bytes,
-  f = R - 1, g = R - 1;
+- ``int8_exchange`` (what the int8 hook adds from a second rank on): a gloo ring all-gather of
+  every rank's n bytes of codes and scales, and dequantising the other ranks' rows into the sum:
+  f = R - 1, g = R - 1 (both grow with the other ranks' bytes);
 - ``shm`` (``train/comm/shm_all_reduce.py``, ranks on one host): each rank writes its slot,
   one barrier, then reads all R slots: f = 1, g = R + 1 (R > 1), in calls of at most one slot.
 
 At R = 1 every transport costs nothing (f = g = 0). What each ``--comm-hook`` sends:
 
 - ``shm``, ``ring``, ``none`` (gloo): the float32 gradients;
-- ``int8``: its codec measured on one rank (quantise, one dequantise) + (R - 1) more
-  dequantisations + an all-gather of the int8 codes and float32 block scales (~ bytes / 4);
-- ``powersgd``: its compute measured on one rank + three gloo all-reduces per bucket: the
+- ``int8``: its codec, what the hook adds to a step on one rank (quantise, one dequantise;
+  inside the backward pass too) + an ``int8_exchange`` of each bucket's int8 codes and float32
+  block scales (~ bytes / 4);
+- ``powersgd``: what it adds to a step on one rank + three gloo all-reduces per bucket: the
   tensors it leaves uncompressed (vectors, small matrices) and the rank-r factors P and Q.
+  The first follows the backward pass and is costed cold, as every other call is; the second
+  and third follow it within a few small matrix products and are costed warm
+  (``Transport.warm``: gloo's threads still awake, the data still in the caches).
 
 ``fit_transport`` finds alpha and beta by least squares on relative errors (never negative).
 """
@@ -83,24 +88,31 @@ TRANSPORTS = {
     "shm": ("shared memory", "--comm-hook shm (auto on one host): SharedMemoryAllReduce"),
     "ring": ("ring all-reduce", "--comm-hook ring (auto across hosts): SocketRing"),
     "gloo": ("ring all-reduce", "--comm-hook none and PowerSGD: gloo all_reduce"),
-    "gloo_all_gather": ("ring all-gather", "--comm-hook int8: gloo all_gather_into_tensor"),
+    "int8_exchange": ("ring all-gather", "--comm-hook int8: gloo all_gather_into_tensor, then dequantise"),
 }
-HOOK_TRANSPORT = {"shm": "shm", "ring": "ring", "none": "gloo", "int8": "gloo_all_gather", "powersgd": "gloo"}
+HOOK_TRANSPORT = {"shm": "shm", "ring": "ring", "none": "gloo", "int8": "int8_exchange", "powersgd": "gloo"}
 
 
 @dataclass(frozen=True)
 class Transport:
-    """One fitted transport: seconds per call are ``alpha_s x f(R) x calls + beta_s_per_byte x g(R) x bytes``."""
+    """One fitted transport: seconds per call are ``alpha_s x f(R) x calls + beta_s_per_byte x g(R) x bytes``.
+
+    A cold call follows some computing, as a training step's all-reduce follows its backward pass;
+    ``warm`` is the same transport fitted to calls made at once after another (None: as cold).
+    """
 
     algorithm: str
     alpha_s: float
     beta_s_per_byte: float
     max_call_bytes: int | None = None  # larger tensors go in several calls (shm: one slot)
+    warm: Transport | None = None
 
     def calls(self, size: int) -> int:
         return 1 if self.max_call_bytes is None else max(1, math.ceil(size / self.max_call_bytes))
 
-    def seconds(self, ranks: int, size: int) -> float:
+    def seconds(self, ranks: int, size: int, warm: bool = False) -> float:
+        if warm and self.warm is not None:
+            return self.warm.seconds(ranks, size)
         f, g = TRANSPORT_ALGORITHMS[self.algorithm][1](ranks)
         return self.alpha_s * f * self.calls(size) + self.beta_s_per_byte * g * size
 
@@ -175,9 +187,8 @@ class PolicyCost:
     shared_compute_s: float | None = None
     step_times_s: tuple[float, ...] = ()  # data + compute of single steps on a shared host (no spread: no wait)
     bucket_cap_bytes: int = 25 << 20
-    int8_codec_s: float = 0.0  # the int8 hook's exposed cost on one rank, per step
-    int8_decode_s: float = 0.0  # one more rank's dequantise-and-add of the whole gradient
-    powersgd_codec_s: float = 0.0  # the PowerSGD hook's exposed cost on one rank, per step
+    int8_codec_s: float = 0.0  # what the int8 hook adds to a step on one rank
+    powersgd_codec_s: float = 0.0  # what the PowerSGD hook adds to a step on one rank
     powersgd_rank: int = 2
 
     def buckets(self) -> list[list[tuple[int, ...]]]:
@@ -215,11 +226,12 @@ def transfer_s(cost: PolicyCost, setting: Setting, ranks: int, transports: dict[
     """The gradients' all-reduce in one optimiser step, with the hook's own work (see the module docstring)."""
     transport = transports[HOOK_TRANSPORT[setting.hook]]
     if setting.hook == "int8":
-        gathered = sum(transport.seconds(ranks, int8_payload_bytes(size)) for size in cost.bucket_bytes())
-        return cost.int8_codec_s + (ranks - 1) * cost.int8_decode_s + gathered
+        return cost.int8_codec_s + sum(transport.seconds(ranks, int8_payload_bytes(size))
+                                       for size in cost.bucket_bytes())
     if setting.hook == "powersgd":
-        return cost.powersgd_codec_s + sum(transport.seconds(ranks, size) for bucket in cost.buckets()
-                                           for size in powersgd_bytes(bucket, cost.powersgd_rank) if size)
+        sends = [[size for size in powersgd_bytes(bucket, cost.powersgd_rank) if size] for bucket in cost.buckets()]
+        return cost.powersgd_codec_s + sum(transport.seconds(ranks, size, warm=index > 0) for sizes in sends
+                                           for index, size in enumerate(sizes))
     return sum(transport.seconds(ranks, size) for size in cost.bucket_bytes())
 
 

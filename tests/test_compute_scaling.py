@@ -7,33 +7,40 @@ import json
 import pytest
 
 from experiments import compute_scaling
-from experiments.compute_scaling_report import curve_settings, fit_transports, policy_cost
+from experiments.compute_scaling_report import beyond_the_sweep, curve_settings, fit_transports, policy_cost
 from experiments.step_model import (TRANSPORT_ALGORITHMS, PolicyCost, Setting, Transport, ddp_buckets,
                                     fit_transport, int8_payload_bytes, one_rank_rate, powersgd_bytes, predict,
-                                    scaling_limit, straggler_s)
+                                    scaling_limit, straggler_s, transfer_s)
 from train.comm.shm_all_reduce import MAX_SLOT_BYTES
 
 # A world that follows the model exactly: the script must find these parameters again.
-TRUE_TRANSPORTS = {"gloo": Transport("ring all-reduce", 300e-6, 1.0e-9),
-                   "gloo_all_gather": Transport("ring all-gather", 150e-6, 1.5e-9),
-                   "ring": Transport("ring all-reduce", 60e-6, 0.3e-9),
-                   "shm": Transport("shared memory", 20e-6, 0.1e-9, MAX_SLOT_BYTES)}
+TRUE_TRANSPORTS = {"gloo": Transport("ring all-reduce", 300e-6, 1.0e-9,
+                                       warm=Transport("ring all-reduce", 50e-6, 0.7e-9)),
+                   "int8_exchange": Transport("ring all-gather", 150e-6, 1.5e-9,
+                                                warm=Transport("ring all-gather", 40e-6, 1.2e-9)),
+                   "ring": Transport("ring all-reduce", 60e-6, 0.3e-9,
+                                     warm=Transport("ring all-reduce", 50e-6, 0.3e-9)),
+                   "shm": Transport("shared memory", 20e-6, 0.1e-9, MAX_SLOT_BYTES,
+                                    warm=Transport("shared memory", 10e-6, 0.08e-9, MAX_SLOT_BYTES))}
 TRUE_COSTS = {
     "mlp": PolicyCost(batch=512, data_s=0.3e-3, compute_s=5e-3, shapes=((256, 39), (256,), (256, 256), (256,),
                                                                         (7, 256), (7,)),
                       shared_data_s=0.35e-3, shared_compute_s=5.6e-3, step_times_s=(5.5e-3, 6e-3, 6.2e-3, 9e-3),
-                      int8_codec_s=0.2e-3, int8_decode_s=0.05e-3, powersgd_codec_s=0.5e-3),
+                      int8_codec_s=0.2e-3, powersgd_codec_s=0.5e-3),
     "act": PolicyCost(batch=64, data_s=0.5e-3, compute_s=80e-3, shapes=((512, 512), (512,)) * 40,
                       shared_data_s=0.6e-3, shared_compute_s=85e-3, step_times_s=(84e-3, 85e-3, 86e-3, 88e-3),
-                      int8_codec_s=30e-3, int8_decode_s=10e-3, powersgd_codec_s=40e-3),
+                      int8_codec_s=30e-3, powersgd_codec_s=40e-3),
 }
 SIZES = (16, 1024, 65536, 1 << 20, 4 << 20)  # floats
+# [ranks, bytes] of a sweep of 16 and 4096 floats: the int8 exchange sends codes padded to blocks, and scales
+SWEPT_16_AND_4096 = {"gloo": [[2, 64], [2, 16384]], "ring": [[2, 64], [2, 16384]], "shm": [[2, 64], [2, 16384]],
+                     "int8_exchange": [[2, int8_payload_bytes(64)], [2, int8_payload_bytes(16384)]]}
 
 
 def synthetic_measurements(grad_accum: int) -> dict:
     """What compute_scaling.measure would record in the world above (100 measured steps per run)."""
-    transports = {name: [[2, 4 * n, transport.seconds(2, 4 * n), transport.seconds(2, 4 * n)] for n in SIZES]
-                  for name, transport in TRUE_TRANSPORTS.items()}
+    transports = {name: [[2, 4 * n, *[transport.seconds(2, 4 * n)] * 2, *[transport.seconds(2, 4 * n, warm=True)] * 2]
+                         for n in SIZES] for name, transport in TRUE_TRANSPORTS.items()}
     policies = {}
     for policy, cost in TRUE_COSTS.items():
         records = {}
@@ -51,7 +58,7 @@ def synthetic_measurements(grad_accum: int) -> dict:
             if run.launch == "pair":
                 records[name]["step_times_s"] = list(cost.step_times_s)
         policies[policy] = {"batch": cost.batch, "shapes": [list(shape) for shape in cost.shapes],
-                            "int8_decode_s": cost.int8_decode_s, "runs": records}
+                            "runs": records}
     machine = {"date": "2026-01-01 00:00 UTC", "cores": 2, "device": "cpu", "code_version": "test"}
     return {"machine": machine, "command": "python -m experiments.compute_scaling", "data": "data/fleet",
             "transports": transports, "policies": policies}
@@ -84,6 +91,22 @@ def test_buckets_and_compressed_bytes_follow_ddp_and_torch():
     assert len(TRUE_COSTS["act"].buckets()) == 3 and len(TRUE_COSTS["mlp"].buckets()) == 1
 
 
+def test_powersgd_pays_one_cold_call_per_bucket_and_warm_calls_after_it():
+    cost = TRUE_COSTS["act"]  # 3 buckets, each sending its vectors, P and Q
+    latency_only = Transport("ring all-reduce", 1e-3, 0.0)  # 2(R-1) x 1 ms a call
+    calls = {warm: transfer_s(cost, Setting("powersgd"), 4, {"gloo": dataclasses.replace(latency_only, warm=warm)})
+             for warm in (None, Transport("ring all-reduce", 0.0, 0.0))}
+    assert calls[None] == pytest.approx(cost.powersgd_codec_s + 9 * 6e-3)
+    assert calls[Transport("ring all-reduce", 0.0, 0.0)] == pytest.approx(cost.powersgd_codec_s + 3 * 6e-3)
+
+
+def test_a_bucket_larger_than_the_sweep_is_flagged_per_transport():
+    fits = {name: {"sizes_bytes": [64, 1 << 20]} for name in ("gloo", "int8_exchange")}
+    warnings = beyond_the_sweep(fits, {"small": {"largest_bucket_bytes": 1 << 20},
+                                       "large": {"largest_bucket_bytes": 3 << 20}})
+    assert len(warnings) == 1 and "large's largest bucket sends 3.1 MB by gloo" in warnings[0]  # int8: ~0.8 MB
+
+
 @pytest.mark.parametrize("policy", TRUE_COSTS)
 def test_predictions_are_monotone_and_never_beat_the_ideal(policy):
     cost, ranks = TRUE_COSTS[policy], [1, 2, 3, 4, 8, 16, 32, 64]
@@ -111,7 +134,9 @@ def test_the_model_fitted_to_a_world_that_follows_it_recovers_its_parameters():
     for name, true in TRUE_TRANSPORTS.items():
         assert transports[name].alpha_s == pytest.approx(true.alpha_s, rel=1e-6)
         assert transports[name].beta_s_per_byte == pytest.approx(true.beta_s_per_byte, rel=1e-6)
-        assert fits[name]["rms_relative_error"] < 1e-6
+        assert transports[name].warm.alpha_s == pytest.approx(true.warm.alpha_s, rel=1e-6)
+        assert transports[name].warm.beta_s_per_byte == pytest.approx(true.warm.beta_s_per_byte, rel=1e-6)
+        assert fits[name]["rms_relative_error"] < 1e-6 and fits[name]["warm_rms_relative_error"] < 1e-6
     for policy, true in TRUE_COSTS.items():
         recovered = policy_cost(measurements["policies"][policy], 25.0, 2)
         assert recovered == dataclasses.replace(true, **{name: pytest.approx(getattr(true, name), rel=1e-9) for name in
@@ -158,7 +183,7 @@ def test_retiming_the_transports_replaces_them_and_keeps_the_recorded_training_r
     written = compute_scaling.main(arguments)["measurements"]
     assert written["policies"] == json.loads(json.dumps(recorded["policies"]))
     assert written["transports"] != recorded["transports"]
-    assert all([p[:2] for p in points] == [[2, 64], [2, 16384]] for points in written["transports"].values())
+    assert {name: [p[:2] for p in points] for name, points in written["transports"].items()} == SWEPT_16_AND_4096
     assert "--retime-transports" in written["transports_command"]
     assert "# times the transports again" in (tmp_path / "scaling.md").read_text()
 
@@ -178,9 +203,9 @@ def test_skip_measure_without_measurements_is_a_one_line_error(tmp_path, capsys)
 def test_the_transport_sweep_times_every_transport_between_two_ranks(tmp_path):
     config = compute_scaling.ScalingConfig(sweep_floats=(16, 4096), sweep_seconds=0.01, sweep_iterations=5)
     points = compute_scaling.measure_transports(config, tmp_path)
-    assert set(points) == {"gloo", "gloo_all_gather", "ring", "shm"}
-    assert all([p[:2] for p in measured] == [[2, 64], [2, 16384]] and all(p[2] > 0 for p in measured)
-               for measured in points.values())
+    assert set(points) == {"gloo", "int8_exchange", "ring", "shm"}
+    assert {name: [p[:2] for p in measured] for name, measured in points.items()} == SWEPT_16_AND_4096
+    assert all(len(p) == 6 and min(p[2:]) > 0 for measured in points.values() for p in measured)
 
 
 def test_two_processes_at_once_log_every_step_for_the_straggler_wait(pick_place_fleet, tmp_path):
