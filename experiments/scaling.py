@@ -1,17 +1,24 @@
 """Data scaling: fleet success against training robots and against episodes per robot (issue 30, part 1).
 
     .venv/bin/python -m experiments.scaling      # pick_place and push, 3 training seeds per point
+    .venv/bin/python -m experiments.scaling --setting visuomotor   # pick_place, the cnn from cameras (~50 min)
     .venv/bin/python -m experiments.scaling --tasks reach --robots 1 2 --episodes 2 --fixed-episodes 2 \\
         --fixed-robots 2 --seeds 0 --min-steps 20 --max-steps 20 --hidden 16 --batch-size 8 --ranks 1 \\
         --eval-robots 3 --eval-episodes 1 --out /tmp/scaling --docs /tmp/scaling/scaling.md \\
         --media /tmp/scaling --results-dir /tmp/scaling            # a minute: what CI runs
 
 Goal: know how success grows with data, and how many robots and episodes reach 90% of
-the scripted expert. Two sweeps per task, each point trained with the MLP on state inputs
-(``train/bc.py --inputs state``) once per training seed (``--seeds``, bc.py ``--seed``):
+the scripted expert. Two sweeps per task, each point trained once per training seed
+(``--seeds``, bc.py ``--seed``):
 
 - robots: ``k`` robots (``--robots``, default 1 3 9 27 81) x ``--fixed-episodes`` (10) each;
 - episodes: ``--fixed-robots`` (9) robots x ``n`` episodes each (``--episodes``, 2 5 10 20 40).
+
+``--setting`` picks the defaults (``SETTINGS``): ``state``, the MLP on state inputs (bc.py
+``--inputs state``); ``visuomotor``, the cnn from the front and wrist cameras and the arm's
+own state (``--inputs proprio+cameras``, as the visuomotor full run), on pick_place with one
+training seed and a smaller sweep (robots 3 9 27, episodes 5 10 20), since a point trains ~10x
+slower. Its results go to ``scaling_visuomotor.json`` and a section of its own.
 
 Per task, as a user would run it (each stage a subprocess, its output in a log under
 ``--out/TASK``): ``collect`` once, the largest fleet and episode count any point needs
@@ -50,62 +57,84 @@ plots ``--media/scaling_robots.png`` and ``scaling_episodes.png``, with the comm
 
 from __future__ import annotations
 
-import math
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import machine_facts, write_results
 from dataset.episodes import select_episodes
 from dataset.fleet_store import FleetStore
 from eval.report import wilson_interval
-from experiments.common import write_section
 from experiments.full_run import StageClock, evaluate_command, finished_evaluation, percent, seeds_of, trained_step
+from experiments.scaling_report import publish
 from sim.fleet import SITES
-from sim.shared import REPO, check_options, parse_config, repo_relative
+from sim.shared import REPO, check_options, parse_config
 
-NAME, SECTION = "scaling", "scaling_data"
-TARGET = 0.9  # success over the expert's that "reaches the expert"
-SWEEPS = ("robots", "episodes")
+SETTINGS = {  # the defaults of each --setting
+    "state": {"tasks": ("pick_place", "push"), "robots": (1, 3, 9, 27, 81), "episodes": (2, 5, 10, 20, 40),
+              "seeds": (0, 1, 2), "policy": "mlp", "inputs": "state", "hidden": (512, 512, 512), "batch_size": 256},
+    "visuomotor": {"tasks": ("pick_place",), "robots": (3, 9, 27), "episodes": (5, 10, 20), "seeds": (0,),
+                   "policy": "cnn", "inputs": "proprio+cameras", "cameras": ("front", "wrist"), "hidden": (256, 256),
+                   "batch_size": 64},
+}
 
 
 @dataclass
 class ScalingConfig:
-    tasks: tuple[str, ...] = field(default=("pick_place", "push"), metadata={"help": "tasks, in order"})
-    robots: tuple[int, ...] = field(default=(1, 3, 9, 27, 81), metadata={
+    setting: str = field(default="state", metadata={"help": "state or visuomotor: the defaults of what is unset"})
+    tasks: tuple[str, ...] = field(default=(), metadata={"help": "tasks, in order"})
+    robots: tuple[int, ...] = field(default=(), metadata={
         "help": "robots sweep: training robots 0..k-1 for each k, at --fixed-episodes each"})
-    episodes: tuple[int, ...] = field(default=(2, 5, 10, 20, 40), metadata={
+    episodes: tuple[int, ...] = field(default=(), metadata={
         "help": "episodes sweep: episodes per robot, on --fixed-robots robots"})
     fixed_episodes: int = field(default=10, metadata={"help": "episodes per robot in the robots sweep"})
     fixed_robots: int = field(default=9, metadata={"help": "training robots in the episodes sweep"})
-    seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata={"help": "training seeds per point (bc.py --seed)"})
+    seeds: tuple[int, ...] = field(default=(), metadata={"help": "training seeds per point (bc.py --seed)"})
+    policy: str = field(default="", metadata={"help": "policy kind trained (bc.py --policy)"})
+    inputs: str = field(default="", metadata={"help": "what the policy sees (bc.py --inputs)"})
+    cameras: tuple[str, ...] = field(default=(), metadata={"help": "cameras collected (visuomotor: front wrist)"})
+    image_size: int = field(default=64, metadata={"help": "camera image size, pixels"})
     steps_per_demo: float = field(default=10.0, metadata={"help": "training steps per demonstration, then clamped"})
     min_steps: int = field(default=500, metadata={"help": "fewest training steps of a point"})
     max_steps: int = field(default=5000, metadata={"help": "most training steps of a point"})
-    hidden: tuple[int, ...] = field(default=(512, 512, 512), metadata={"help": "MLP hidden widths"})
-    batch_size: int = field(default=256, metadata={"help": "windows per rank per step"})
+    hidden: tuple[int, ...] = field(default=(), metadata={"help": "MLP (and cnn head) hidden widths"})
+    batch_size: int = field(default=0, metadata={"help": "windows per rank per step"})
     ranks: int = field(default=2, metadata={"help": "DDP ranks (torchrun processes)"})
     eval_robots: int = field(default=30, metadata={"help": "held-out robots evaluated (ids from the fleet's size up)"})
     eval_episodes: int = field(default=5, metadata={"help": "held-out episodes per evaluated robot"})
     seed: int = field(default=0, metadata={"help": "fleet seed"})
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers for collect and evaluate"})
-    out: str = field(default=f"runs/{NAME}", metadata={"help": "directory for data, runs, evaluations and logs"})
+    out: str = field(default="", metadata={"help": "directory for data, runs, evaluations and logs (runs/NAME)"})
     docs: str = field(default="docs/scaling.md", metadata={"help": "markdown file for the table"})
     media: str = field(default="docs/media", metadata={"help": "where the plots are written"})
-    results_dir: str = field(default="experiments/results", metadata={"help": f"where {NAME}.json is written"})
+    results_dir: str = field(default="experiments/results", metadata={"help": "where NAME.json is written"})
 
     def __post_init__(self):
+        if self.setting not in SETTINGS:
+            raise ValueError(f"--setting must be one of {', '.join(SETTINGS)}, got {self.setting!r}")
+        for name, default in SETTINGS[self.setting].items():  # options left unset take the setting's value
+            if getattr(self, name) in ((), "", 0):
+                setattr(self, name, default)
+        self.out = self.out or f"runs/{self.name}"
         for name in ("tasks", "robots", "episodes", "seeds"):
             if not getattr(self, name):
                 raise ValueError(f"--{name} needs at least one value")
         check_options(self, ("fixed_episodes", "fixed_robots", "min_steps", "batch_size", "ranks", "eval_robots",
-                             "eval_episodes", "workers"), lambda value: value >= 1, "must be at least 1")
+                             "eval_episodes", "workers", "image_size"), lambda value: value >= 1, "must be at least 1")
         check_options(self, ("robots", "episodes"), lambda values: min(values) >= 1, "must all be at least 1")
         check_options(self, ("steps_per_demo",), lambda value: value >= 0, "must not be negative")
         check_options(self, ("max_steps",), lambda value: value >= self.min_steps, "must be at least --min-steps")
+
+    @property
+    def name(self) -> str:
+        """The results' name (``scaling``, ``scaling_visuomotor``), also of their docs section and plots."""
+        return "scaling" if self.setting == "state" else f"scaling_{self.setting}"
+
+    @property
+    def section(self) -> str:
+        return "scaling_data" if self.setting == "state" else f"scaling_data_{self.setting}"
 
     @property
     def fleet(self) -> tuple[int, int]:
@@ -125,11 +154,19 @@ class ScalingConfig:
         return min(self.max_steps, max(self.min_steps, round(self.steps_per_demo * demos)))
 
 
+def collect_command(config: ScalingConfig, task: str, data: Path) -> list[str]:
+    """The one collection of ``task`` every point trains on: ``config.fleet``, with the setting's cameras."""
+    robots, episodes = config.fleet
+    cameras = ["--cameras", *config.cameras, "--image-size", str(config.image_size)] if config.cameras else []
+    return [sys.executable, "-m", "collect.cli", "--task", task, "--robots", str(robots), "--episodes", str(episodes),
+            "--seed", str(config.seed), "--workers", str(config.workers), "--out", str(data), "--quiet", *cameras]
+
+
 def train_command(config: ScalingConfig, data: Path, run: Path, robots: int, episodes: int, seed: int,
                   batch_size: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={config.ranks}",
-            str(REPO / "train" / "bc.py"), "--data", str(data), "--out", str(run), "--policy", "mlp",
-            "--inputs", "state", "--robots", *map(str, range(robots)), "--episodes-per-robot", str(episodes),
+            str(REPO / "train" / "bc.py"), "--data", str(data), "--out", str(run), "--policy", config.policy,
+            "--inputs", config.inputs, "--robots", *map(str, range(robots)), "--episodes-per-robot", str(episodes),
             "--max-steps", str(config.steps(robots * episodes)), "--batch-size", str(batch_size),
             "--val-fraction", "0", "--hidden", *map(str, config.hidden), "--seed", str(seed)]
 
@@ -163,186 +200,17 @@ def point_result(task: str, k: int, n: int, sweeps: list[str], infos: dict[int, 
             "over_expert": success["pc_success"] / expert["fleet"]["pc_success"]}
 
 
-def fit_power_law(demos: list[float], errors: list[float]) -> dict | None:
-    """Least squares of log(error) = log(c) + b log(demos): ``exponent`` b, ``constant`` c, ``r2`` in log space.
-
-    None with fewer than two distinct amounts of data."""
-    x, y = np.log(np.asarray(demos, float)), np.log(np.asarray(errors, float))
-    if len(set(x.tolist())) < 2:
-        return None
-    slope, intercept = np.polyfit(x, y, 1)
-    residual, spread = float(np.sum((y - intercept - slope * x) ** 2)), float(np.sum((y - y.mean()) ** 2))
-    return {"exponent": float(slope), "constant": float(math.exp(intercept)),
-            "r2": 1.0 - residual / spread if spread > 0 else 1.0, "n_points": len(x)}
-
-
-def demos_to_reach(fit: dict) -> float | None:
-    """The demonstrations at which the fitted error falls to 1 - TARGET (None if it never falls)."""
-    return ((1 - TARGET) / fit["constant"]) ** (1 / fit["exponent"]) if fit["exponent"] < 0 else None
-
-
-def task_fits(config: ScalingConfig, task: str, points: list[dict]) -> dict:
-    """Per sweep and over all points: the fit, where it reaches TARGET, and the smallest measured point that does."""
-    fits = {}
-    for sweep in (*SWEEPS, "all"):
-        members = [p for p in points if p["task"] == task and (sweep == "all" or sweep in p["sweeps"])]
-        errors = [max(1 - p["over_expert"], 0.5 / p["success"]["n_episodes"]) for p in members]
-        fit = fit_power_law([p["demos"] for p in members], errors)
-        if fit is not None:
-            demos = demos_to_reach(fit)
-            per = {"robots": config.fixed_episodes, "episodes": config.fixed_robots}.get(sweep)
-            fit.update(demos_to_reach_target=demos,  # and the sweep's robots, or episodes per robot, for it:
-                       count_to_reach_target=None if demos is None or per is None else math.ceil(demos / per),
-                       extrapolated=demos is None or demos > max(p["demos"] for p in members))
-        reached = [p for p in members if p["over_expert"] >= TARGET]
-        first = min(reached, key=lambda p: p["demos"]) if reached else None
-        fits[sweep] = {"fit": fit, "measured_reach": first and {k: first[k] for k in
-                                                                   ("robots", "episodes_per_robot", "over_expert")}}
-    return fits
-
-
-def statement(config: ScalingConfig, task: str, fits: dict, points: list[dict]) -> str:
-    """Plainly: how many robots and episodes reach TARGET of the expert on ``task``, by the fits and as measured."""
-    said = []
-    for sweep, shape in (("robots", "{} robots x %d episodes" % config.fixed_episodes),
-                         ("episodes", "%d robots x {} episodes" % config.fixed_robots)):
-        fit = fits[sweep]["fit"]
-        if fit is None:
-            said.append(f"the {sweep} sweep has too few points for a fit")
-        elif fit["count_to_reach_target"] is None:
-            said.append(f"the {sweep} fit never reaches it (its error does not fall)")
-        else:
-            said.append(shape.format(fit["count_to_reach_target"]) + f" by the {sweep} fit"
-                        + (" (extrapolated)" if fit["extrapolated"] else ""))
-    overall = fits["all"]["fit"]
-    if overall is not None and overall["demos_to_reach_target"] is not None:
-        said.append(f"{overall['demos_to_reach_target']:.0f} demonstrations in all by the fit over every point")
-    reached = fits["all"]["measured_reach"]
-    best = max((p for p in points if p["task"] == task), key=lambda p: p["over_expert"])
-    measured = (f"Measured: {reached['robots']} x {reached['episodes_per_robot']} already reaches "
-                f"{reached['over_expert']:.2f} of the expert" if reached else
-                f"No measured point reaches it yet (best: {best['robots']} x {best['episodes_per_robot']} at "
-                f"{best['over_expert']:.2f})")
-    return f"**{task}**: {TARGET:.0%} of the expert at about " + "; ".join(said) + f". {measured}."
-
-
-def plot_path(config: ScalingConfig, sweep: str) -> Path:
-    return Path(config.media).resolve() / f"{NAME}_{sweep}.png"
-
-
-def plot(config: ScalingConfig, sweep: str, points: list[dict], experts: dict, fits: dict, path: Path) -> None:
-    """Success against the sweep's variable (log x), one panel per task: seeds, means with intervals, fit, expert."""
-    from matplotlib.figure import Figure  # renders with Agg: no display needed
-
-    tasks = list(experts)
-    figure = Figure(figsize=(4.5 * len(tasks), 3.6), layout="constrained")
-    other = config.fixed_episodes if sweep == "robots" else config.fixed_robots
-    for axes, task in zip(np.atleast_1d(figure.subplots(1, len(tasks), sharey=True)), tasks):
-        members = [p for p in points if p["task"] == task and sweep in p["sweeps"]]
-        x = np.array([p["robots" if sweep == "robots" else "episodes_per_robot"] for p in members], float)
-        mean = np.array([p["success"]["pc_success"] for p in members])
-        low, high = (np.array([p["success"]["ci95"][i] for p in members]) for i in (0, 1))
-        seeds = [(xi, seed["pc_success"]) for xi, p in zip(x, members) for seed in p["seeds"]]
-        axes.scatter(*zip(*seeds), s=10, color="0.6", zorder=2, label="each training seed")
-        axes.errorbar(x, mean, yerr=np.vstack([mean - low, high - mean]), fmt="o", capsize=3, color="tab:blue",
-                      label="policy (mean of seeds, 95%)", zorder=3)
-        expert = experts[task]["fleet"]["pc_success"]
-        axes.axhline(expert, color="black", linestyle="--", label=f"expert {expert:.0f}%")
-        axes.axhline(TARGET * expert, color="tab:green", linestyle=":", label=f"{TARGET:.0%} of the expert")
-        fit = fits[task][sweep]["fit"]
-        if fit is not None:
-            grid = np.geomspace(x.min(), x.max() * 3, 100)
-            curve = expert * (1 - fit["constant"] * (grid * other) ** fit["exponent"])
-            axes.plot(grid, np.clip(curve, 0, None), color="tab:orange",
-                      label=f"fit: error = {fit['constant']:.2g} x demos^{fit['exponent']:.2f}, R² {fit['r2']:.2f}")
-        axes.set_xscale("log")
-        axes.set_xticks(x, [f"{value:g}" for value in x], minor=False)
-        axes.minorticks_off()
-        axes.set_xlabel(f"training robots (x {other} episodes)" if sweep == "robots"
-                        else f"episodes per robot (x {other} robots)")
-        axes.set_title(task)
-        axes.grid(alpha=0.3)
-        axes.legend(fontsize=7, loc="lower right")
-    figure.axes[0].set_ylabel("held-out success (%)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, format="png", dpi=100)
-
-
-def table(config: ScalingConfig, result: dict) -> str:
-    facts, fleet = result["machine"], config.fleet
-    lines = [f"Measured {facts['date']} on {facts['cores']} cores ({facts['device']}), code {facts['code_version']}: "
-             f"MLP {list(config.hidden)} on state inputs, {config.ranks} DDP ranks x batch {config.batch_size} (or a "
-             "point's frames per rank, if fewer), "
-             f"steps = {config.steps_per_demo:g} per demonstration within [{config.min_steps}, {config.max_steps}], "
-             f"training seeds {', '.join(map(str, config.seeds))}; evaluated on held-out robots {fleet[0]}.."
-             f"{fleet[0] + config.eval_robots - 1} x {config.eval_episodes} held-out episodes, every point and the "
-             "expert on the same seeds. Success: mean over the seeds [95% interval pooled over their episodes], "
-             "the seeds' range beside it; per site, the mean.", "", "```bash", result["command"], "```", "",
-             "| task | sweep | robots x episodes | demos | steps | success | seeds min-max | over expert | "
-             + " | ".join(SITES) + " |", "|---|---|---|---|---|---|---|---|" + "---|" * len(SITES)]
-    for task, expert in result["experts"].items():
-        sites = [f"{expert['per_site'][site]['pc_success']:.0f}%" for site in SITES if site in expert["per_site"]]
-        lines.append(f"| {task} | expert | - | - | - | {percent(expert['fleet'])} | - | 1.00 | " + " | ".join(sites)
-                     + " |")
-        for p in (p for p in result["points"] if p["task"] == task):
-            sites = [f"{p['per_site'][site]['pc_success']:.0f}%" for site in SITES if site in p["per_site"]]
-            lines.append(f"| {task} | {', '.join(p['sweeps'])} | {p['robots']} x {p['episodes_per_robot']} "
-                         f"| {p['demos']} | {p['steps']} | {percent(p['success'])} "
-                         f"| {p['success']['min']:.0f}-{p['success']['max']:.0f}% | {p['over_expert']:.2f} | "
-                         + " | ".join(sites) + " |")
-    lines += ["", f"Fits of error = 1 - success/expert = c x demos^b (least squares in log space); demos to reach "
-              f"{TARGET:.0%} of the expert from the fit.", "",
-              "| task | sweep (points) | b | c | R² | demos to reach | measured point that reaches it |",
-              "|---|---|---|---|---|---|---|"]
-    for task, fits in result["fits"].items():
-        for sweep, entry in fits.items():
-            fit, reached = entry["fit"], entry["measured_reach"]
-            measured = f"{reached['robots']} x {reached['episodes_per_robot']}" if reached else "none"
-            if fit is None:
-                lines.append(f"| {task} | {sweep} | - | - | - | too few points | {measured} |")
-                continue
-            demos = fit["demos_to_reach_target"]
-            reach = "never" if demos is None else f"{demos:.0f}" + (" (extrapolated)" if fit["extrapolated"] else "")
-            lines.append(f"| {task} | {sweep} ({fit['n_points']}) | {fit['exponent']:.2f} | {fit['constant']:.3g} "
-                         f"| {fit['r2']:.2f} | {reach} | {measured} |")
-    lines += ["", *(line + "\n" for line in result["statements"])]
-    docs = Path(config.docs).resolve().parent
-    lines += [f"![success against {sweep}]({os.path.relpath(plot_path(config, sweep), docs)})" for sweep in SWEEPS]
-    return "\n".join(lines)
-
-
-def publish(config: ScalingConfig, command: str, points: list[dict], experts: dict, seconds: dict) -> dict:
-    """Fits, plots, scaling.json and the doc's section, from every point so far."""
-    fits = {task: task_fits(config, task, points) for task in experts}
-    plots = {}
-    for sweep in SWEEPS:
-        plot(config, sweep, points, experts, fits, plot_path(config, sweep))
-        plots[sweep] = repo_relative(plot_path(config, sweep))
-    result = {"experiment": NAME, "machine": machine_facts(), "config": asdict(config), "command": command,
-              "held_out_robots": list(range(config.fleet[0], config.fleet[0] + config.eval_robots)),
-              "experts": {task: {key: info[key] for key in ("fleet", "per_site")} for task, info in experts.items()},
-              "points": points, "fits": fits,
-              "statements": [statement(config, task, fits[task], points) for task in experts],
-              "plots": plots, "seconds": seconds}
-    write_results(NAME, result, Path(config.results_dir))
-    write_section(Path(config.docs), SECTION, "## Data scaling", table(config, result))
-    return result
-
-
 def main(argv: list[str] | None = None) -> dict:
     config = parse_config(ScalingConfig, __doc__, argv)
-    command = f"python -m experiments.{NAME}" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
-    (robots, episodes), evaluated = config.fleet, config.eval_robots * config.eval_episodes
-    held_out = ["--robot-offset", str(robots)]  # robots no point trained on
+    command = "python -m experiments.scaling" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    evaluated = config.eval_robots * config.eval_episodes
+    held_out = ["--robot-offset", str(config.fleet[0])]  # robots no point trained on
     points, experts, seconds, result = [], {}, {}, {}
     for task in config.tasks:
         out = Path(config.out).resolve() / task  # absolute: the stages run with the repository as their directory
         out.mkdir(parents=True, exist_ok=True)
         clock, data = StageClock(out / "seconds.json"), out / "data"
-        clock.run("collect", f"{task} collect", [
-            sys.executable, "-m", "collect.cli", "--task", task, "--robots", str(robots), "--episodes", str(episodes),
-            "--seed", str(config.seed), "--workers", str(config.workers), "--out", str(data), "--quiet"],
-            out / "collect.log")
+        clock.run("collect", f"{task} collect", collect_command(config, task, data), out / "collect.log")
         stage(clock, "expert", f"{task} expert", finished_evaluation(out / "expert", None, evaluated) is not None,
               evaluate_command(config, ["--expert", "--task", task, *held_out], out / "expert"), out / "expert.log")
         experts[task] = finished_evaluation(out / "expert", None, evaluated)

@@ -5,19 +5,19 @@ import json
 import numpy as np
 import pytest
 
-from experiments import scaling
+from experiments import scaling, scaling_report
 
 
 def test_the_fit_recovers_a_known_power_law_and_where_it_reaches_ninety_percent():
     demos = np.array([10, 30, 90, 270, 810, 18, 45, 180, 360])
     noise = np.exp(0.02 * np.sin(np.arange(len(demos))))  # small, fixed, multiplicative
-    fit = scaling.fit_power_law(demos.tolist(), (0.8 * demos ** -0.45 * noise).tolist())
+    fit = scaling_report.fit_power_law(demos.tolist(), (0.8 * demos ** -0.45 * noise).tolist())
     assert fit["exponent"] == pytest.approx(-0.45, abs=0.02) and fit["constant"] == pytest.approx(0.8, rel=0.1)
     assert 0.99 < fit["r2"] <= 1.0 and fit["n_points"] == len(demos)
-    exact = scaling.fit_power_law([10, 100, 1000], [0.4, 0.2, 0.1])
-    assert exact["r2"] == pytest.approx(1.0) and scaling.demos_to_reach(exact) == pytest.approx(1000)
-    assert scaling.demos_to_reach({**exact, "exponent": 0.1}) is None  # an error that grows never gets there
-    assert scaling.fit_power_law([20, 20], [0.3, 0.2]) is None  # one amount of data: no slope
+    exact = scaling_report.fit_power_law([10, 100, 1000], [0.4, 0.2, 0.1])
+    assert exact["r2"] == pytest.approx(1.0) and scaling_report.demos_to_reach(exact) == pytest.approx(1000)
+    assert scaling_report.demos_to_reach({**exact, "exponent": 0.1}) is None  # an error that grows never gets there
+    assert scaling_report.fit_power_law([20, 20], [0.3, 0.2]) is None  # one amount of data: no slope
 
 
 def test_a_tiny_run_writes_points_fits_and_plots_and_a_rerun_skips_every_finished_stage(tmp_path, capsys):
@@ -64,3 +64,25 @@ def test_a_tiny_run_writes_points_fits_and_plots_and_a_rerun_skips_every_finishe
     assert output.count("finished earlier, skipped") == 5  # the expert, and each point's training and evaluation
     assert " train: done in" not in output and " evaluate: done in" not in output
     assert resumed["points"] == result["points"] and resumed["fits"] == result["fits"]
+
+
+def test_the_visuomotor_setting_trains_the_cnn_from_cameras_into_results_of_its_own(tmp_path):
+    config = scaling.ScalingConfig(setting="visuomotor")
+    assert (config.policy, config.inputs, config.cameras, config.tasks, config.seeds) == (
+        "cnn", "proprio+cameras", ("front", "wrist"), ("pick_place",), (0,))
+    assert (config.name, config.section, config.out) == ("scaling_visuomotor", "scaling_data_visuomotor",
+                                                         "runs/scaling_visuomotor")
+    collect = scaling.collect_command(config, "pick_place", tmp_path)
+    assert collect[collect.index("--cameras"):collect.index("--cameras") + 5] == [
+        "--cameras", "front", "wrist", "--image-size", "64"]
+    assert collect[collect.index("--robots") + 1] == "27" and collect[collect.index("--episodes") + 1] == "20"
+    train = scaling.train_command(config, tmp_path, tmp_path / "run", 3, 10, 0, 64)
+    assert train[train.index("--policy") + 1] == "cnn" and train[train.index("--inputs") + 1] == "proprio+cameras"
+    assert scaling.ScalingConfig(setting="visuomotor", seeds=(0, 1)).seeds == (0, 1)  # what is set stands
+    assert "--cameras" not in scaling.collect_command(scaling.ScalingConfig(), "push", tmp_path)
+
+
+def test_an_unknown_setting_is_a_one_line_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        scaling.main(["--setting", "pixels"])
+    assert exit_info.value.code == 2 and "--setting must be one of state, visuomotor" in capsys.readouterr().err
