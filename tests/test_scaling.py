@@ -69,7 +69,7 @@ def test_a_tiny_run_writes_points_fits_and_plots_and_a_rerun_skips_every_finishe
 def test_the_visuomotor_setting_trains_the_cnn_from_cameras_into_results_of_its_own(tmp_path):
     config = scaling.ScalingConfig(setting="visuomotor")
     assert (config.policy, config.inputs, config.cameras, config.tasks, config.seeds) == (
-        "cnn", "proprio+cameras", ("front", "wrist"), ("pick_place",), (0,))
+        "cnn", "proprio+cameras", ("front", "wrist"), ("pick_place", "push"), (0,))
     assert (config.name, config.section, config.out) == ("scaling_visuomotor", "scaling_data_visuomotor",
                                                          "runs/scaling_visuomotor")
     collect = scaling.collect_command(config, "pick_place", tmp_path)
