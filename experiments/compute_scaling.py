@@ -14,11 +14,11 @@ This script:
 2. times the transports between 2 ranks under torchrun, for each of ``--sweep-floats`` float32
    tensors (the operations of benchmarks/gloo_latency.py, mean of the calls): gloo's all_reduce,
    the socket ring, shared memory, and the int8 hook's exchange of codes (``int8_exchange``); and
-   fits alpha and beta to each. Each cold
-   call follows ``--sweep-gap-ms`` of matrix products, as a training step's all-reduce follows its
-   backward pass (back to back, gloo found its threads awake and its data cached: the mlp's
-   all-reduce timed several times cheaper than it costs in training). A warm call follows each
-   cold one at once, as PowerSGD's second and third all-reduce follow its first, and gets its own fit;
+   fits alpha and beta to each. Each cold call follows ``--sweep-gap-ms`` of matrix products, as
+   a training step's all-reduce follows its backward pass (back to back, gloo found its threads
+   awake and its data cached: the mlp's all-reduce timed several times cheaper than it costs in
+   training). A warm call follows each cold one at once, as PowerSGD's second and third
+   all-reduce follow its first, and gets its own fit;
 3. trains each of ``--policies`` with bc.py for a short run per setup (``runs``), one thread per
    rank, and reads its RUN/metrics.jsonl over the steps after the first log window.
    Calibration: one process without DDP (data wait and compute alone on the host); two such

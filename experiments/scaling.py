@@ -17,7 +17,8 @@ the scripted expert. Two sweeps per task, each point trained once per training s
 ``--setting`` picks the defaults (``SETTINGS``): ``state``, the MLP on state inputs (bc.py
 ``--inputs state``); ``visuomotor``, the cnn from the front and wrist cameras and the arm's
 own state (``--inputs proprio+cameras``, as the visuomotor full run), with one training seed
-and a smaller sweep (robots 3 9 27, episodes 5 10 20), since a point trains ~10x slower. Its results go to ``scaling_visuomotor.json`` and a section of its own.
+and a smaller sweep (robots 3 9 27, episodes 5 10 20), since a point trains ~10x slower. Its
+results go to ``scaling_visuomotor.json`` and a section of its own.
 
 Per task, as a user would run it (each stage a subprocess, its output in a log under
 ``--out/TASK``): ``collect`` once, the largest fleet and episode count any point needs
