@@ -271,8 +271,8 @@ def beyond_the_sweep(fits: dict, policies: dict) -> list[str]:
     the transport was timed at."""
     warnings = []
     for policy, cost in policies.items():
+        largest = cost["largest_bucket_bytes"]
         for name, fit in fits.items():
-            largest = cost["largest_bucket_bytes"]
             sent = int8_payload_bytes(largest) if name == HOOK_TRANSPORT["int8"] else largest
             if sent > max(fit["sizes_bytes"]):
                 warnings.append(f"**{policy}'s largest bucket sends {sent / 1e6:.1f} MB by {name}, more than it was "
