@@ -29,6 +29,11 @@ def run_step(name: str, command: list[str], log: Path, env: dict[str, str] | Non
     return seconds
 
 
+def milliseconds(*seconds: float) -> str:
+    """Durations in seconds as one string of milliseconds: ``"1.20 / 3.40 ms"``."""
+    return " / ".join(f"{value * 1e3:.2f}" for value in seconds) + " ms"
+
+
 def write_section(path: Path, name: str, heading: str, text: str) -> None:
     """Put ``text`` between ``<!-- name:start -->`` and ``<!-- name:end -->`` in ``path``, replacing what was there.
 

@@ -31,8 +31,8 @@ This script:
 4. predicts samples/s, speedup over one process and sync efficiency for 1 to ``--max-ranks`` ranks
    per policy and setting, says where each stops scaling (sync efficiency under 0.5, or under 10%
    more speedup per doubling) and compares every check with its prediction;
-5. reads the H100 figures of benchmarks/results/gpu_paths.json: one rank per run, so no nccl
-   fit, only the break-even bandwidth and a one-rank check.
+5. reads the GPU figures of ``--gpu-results`` (benchmarks/gpu_paths.py): one rank per run, so no
+   nccl fit, only the break-even bandwidth and the one-rank DDP checks (experiments/compute_scaling_gpu.py).
 
 Writes ``--results-dir``/compute_scaling.json (the raw measurements too: ``--skip-measure`` refits
 from them), the chart ``--plot`` and the section ``scaling_compute`` of ``--docs``. Run it with

@@ -1,6 +1,7 @@
 """From experiments.compute_scaling's measurements to its results: the fitted transports, each policy's
 costs, the checks against every measured point, the predictions for 1 to ``--max-ranks`` ranks, the
-recorded GPU figures, the scaling chart and the ``scaling_compute`` section of the docs.
+recorded GPU figures (experiments/compute_scaling_gpu.py), the scaling chart and the ``scaling_compute``
+section of the docs.
 
 ``report`` does it all; ``fit_transports``, ``policy_cost`` and ``predictions`` are its parts.
 """
@@ -8,21 +9,19 @@ recorded GPU figures, the scaling chart and the ``scaling_compute`` section of t
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import statistics
 from pathlib import Path
 
-from experiments.common import write_section
+from experiments.common import milliseconds, write_section
+from experiments.compute_scaling_gpu import NO_NCCL_FIT, gpu_figures, gpu_text
 from experiments.step_model import (HOOK_TRANSPORT, TRANSPORT_ALGORITHMS, TRANSPORTS, PolicyCost, Setting, Transport,
-                                    break_even_bandwidth, fit_transport, int8_payload_bytes, one_rank_rate,
-                                    powersgd_bytes, predict, scaling_limit, straggler_s)
+                                    fit_transport, int8_payload_bytes, one_rank_rate, powersgd_bytes, predict,
+                                    scaling_limit, straggler_s)
 from sim.shared import fail, repo_relative
 from train.comm.shm_all_reduce import MAX_SLOT_BYTES
 
 CHECK_TOLERANCE = 0.10  # the goal: every prediction within 10% of its measured point
-NO_NCCL_FIT = ("gpu_paths.json has one rank per run (nccl refuses two ranks on one GPU): no timings across "
-               "ranks or sizes to fit alpha and beta to")
 LIMITATIONS = [
     "The transports were timed between 2 ranks on one host (loopback TCP, shared memory): f(R) and g(R) come "
     "from each algorithm, not from measurements at more ranks, and across real hosts alpha and beta are the "
@@ -129,39 +128,6 @@ def predictions(costs: dict[str, PolicyCost], settings: dict[str, Setting], tran
     return result
 
 
-def gpu_figures(path: Path, costs: dict[str, PolicyCost]) -> dict | None:
-    """The recorded H100 runs per step (batch derived from samples/s), the break-even bandwidth per policy,
-    and the one check they allow: one nccl rank against the same mlp without DDP."""
-    if not path.exists():
-        return None
-    recorded = json.loads(path.read_text())
-    steps = recorded["job"]["steps"] - recorded["job"]["log_interval"]
-
-    def step(figures: dict) -> dict:
-        busy = figures["data_wait_s"] + figures["compute_s"] + figures["communication_s"]
-        return {"batch": round(figures["samples_per_s"] * busy / steps), "samples_per_s": figures["samples_per_s"],
-                **{f"{key}_s": figures[f"{key}_s"] / steps for key in ("data_wait", "compute", "communication")}}
-
-    variants = {name: step(figures) for name, figures in recorded["variants"].items() if figures["ok"]}
-    policies = {policy: variants[policy] for policy in ("mlp", "act", "diffusion") if policy in variants}
-    for policy, figures in policies.items():
-        if policy in costs:
-            figures["break_even_bytes_per_s"] = break_even_bandwidth(costs[policy].gradient_bytes, figures["compute_s"])
-    hooks = {name.removeprefix("mlp ddp comm hook "): figures for name, figures in variants.items()
-             if name.startswith("mlp ddp comm hook ")}
-    check = None
-    if "mlp" in policies and "none" in hooks:  # the model: nccl costs nothing at one rank
-        plain = policies["mlp"]
-        predicted = plain["batch"] / (plain["data_wait_s"] + plain["compute_s"])
-        check = {"measured_samples_per_s": hooks["none"]["samples_per_s"], "predicted_samples_per_s": predicted,
-                 "error": predicted / hooks["none"]["samples_per_s"] - 1,
-                 "other_mlp_without_ddp": {name: figures["samples_per_s"] for name, figures in
-                                           recorded["variants"].items() if name.startswith("mlp ")
-                                           and figures["ok"] and not figures["torchrun"]}}
-    return {"device": recorded["machine"]["device"], "date": recorded["machine"]["date"], "nccl_fit": None,
-            "why_no_fit": NO_NCCL_FIT, "policies": policies, "one_rank_hooks": hooks, "check": check}
-
-
 def plot(path: Path, costs: dict[str, PolicyCost], settings: dict[str, Setting], transports: dict[str, Transport],
          measured: dict, max_ranks: int) -> None:
     """Speedup over one process against ranks (log2 axes), the ideal line, a curve per setting and the
@@ -241,10 +207,6 @@ def policy_summary(cost: PolicyCost, max_ranks: int) -> dict:
             "int8_payload_bytes": sum(map(int8_payload_bytes, cost.bucket_bytes())),
             "powersgd_codec_s": cost.powersgd_codec_s,
             "powersgd_bytes": sum(sum(powersgd_bytes(bucket, cost.powersgd_rank)) for bucket in cost.buckets())}
-
-
-def milliseconds(*seconds: float) -> str:
-    return " / ".join(f"{value * 1e3:.2f}" for value in seconds) + " ms"
 
 
 def transport_table(fits: dict) -> list[str]:
@@ -332,31 +294,6 @@ def prediction_table(predicted: dict, max_ranks: int) -> list[str]:
         for name, curve in curves.items():
             cells = " | ".join(f"{s:.1f}x / {e:.2f}" for s, e in zip(curve["speedup"], curve["sync_efficiency"]))
             lines.append(f"| {policy} | {name} | {cells} | {stop_text(curve['stops_at'], max_ranks)} |")
-    return lines
-
-
-def gpu_text(gpu: dict, source: str) -> list[str]:
-    lines = [f"On the GPU ({gpu['device']}, `{source}`, {gpu['date']}) nccl is not fitted: {gpu['why_no_fit']}. "
-             "What the figures give is the bandwidth a ring all-reduce needs, latency aside, for sync efficiency "
-             "0.5 at many ranks (2 x gradient bytes / compute per step):", "",
-             "| policy | batch | compute per step | break-even bandwidth |", "|---|---|---|---|"]
-    for policy, figures in gpu["policies"].items():
-        needed = figures.get("break_even_bytes_per_s")
-        lines.append(f"| {policy} | {figures['batch']} | {milliseconds(figures['compute_s'])} | "
-                     + (f"{needed / 1e9:.2f} GB/s |" if needed else "- |"))
-    if gpu["check"]:
-        check = gpu["check"]
-        lines += ["", f"One nccl rank under DDP trains the mlp at {check['measured_samples_per_s']:.0f} samples/s; "
-                  f"the model, which gives nccl no cost at one rank, predicts {check['predicted_samples_per_s']:.0f} "
-                  f"({check['error']:+.0%}): DDP's fixed cost per step, large beside a launch-bound GPU step, is "
-                  "not in it."]
-        others = check.get("other_mlp_without_ddp")
-        if others:
-            names = ", ".join(name.removeprefix("mlp ") for name in others)
-            lines[-1] += (f" The same file's other mlp runs without DDP ({names}) "
-                          f"train at {min(others.values()):.0f} to {max(others.values()):.0f} samples/s: a few more "
-                          "kernels a step cost as much as DDP does, so one run per variant cannot tell DDP's fixed "
-                          "cost from the spread of a launch-bound step.")
     return lines
 
 

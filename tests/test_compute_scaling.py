@@ -7,6 +7,7 @@ import json
 import pytest
 
 from experiments import compute_scaling
+from experiments.compute_scaling_gpu import gpu_figures, gpu_text
 from experiments.compute_scaling_report import beyond_the_sweep, curve_settings, fit_transports, policy_cost
 from experiments.step_model import (TRANSPORT_ALGORITHMS, PolicyCost, Setting, Transport, ddp_buckets,
                                     fit_transport, int8_payload_bytes, one_rank_rate, powersgd_bytes, predict,
@@ -223,3 +224,31 @@ def test_two_torchrun_agents_on_loopback_train_and_report_their_windows(pick_pla
     assert figures["steps"] == 2 and figures["samples_per_s"] > 0 and figures["communication_s"] > 0
     written = json.loads((tmp_path / "run" / "config.json").read_text())
     assert written["world_size"] == 2 and written["config"]["comm_hook"] == "ring"
+
+
+def test_the_gpu_checks_give_each_policy_ddps_cost_at_one_rank_and_the_spread_of_rounds(tmp_path):
+    def run(samples_per_s: float, step_s: float, rounds: list[float], torchrun: bool) -> dict:
+        # 150 measured steps (200 - the first log window of 50), all of them data wait and compute
+        return {"ok": True, "torchrun": torchrun, "samples_per_s": samples_per_s, "data_wait_s": 0.1 * step_s * 150,
+                "compute_s": 0.9 * step_s * 150, "communication_s": 0.0, "round_samples_per_s": rounds}
+
+    recorded = {"machine": {"device": "a GPU", "date": "today"}, "job": {"steps": 200, "log_interval": 50},
+                "variants": {"mlp": run(100_000, 0.00256, [100_000, 90_000], False),  # batch 256
+                             "mlp ddp comm hook none": run(80_000, 0.0032, [70_000, 80_000], True),
+                             "act": run(2_000, 0.032, [2_000, 1_900], False),  # batch 64
+                             "act ddp": run(1_600, 0.04, [1_500, 1_600], True)}}
+    path = tmp_path / "gpu_ddp_cost.json"
+    path.write_text(json.dumps(recorded))
+    gpu = gpu_figures(path, {"mlp": TRUE_COSTS["mlp"]})
+
+    assert set(gpu["checks"]) == {"mlp", "act"}  # no diffusion runs recorded
+    assert gpu["checks"]["mlp"]["error"] == pytest.approx(0.25)
+    assert gpu["checks"]["mlp"]["ddp_adds_s"] == pytest.approx(0.00064)
+    assert gpu["checks"]["act"]["ddp_adds_s"] == pytest.approx(0.008)
+    assert gpu["checks"]["act"]["rounds"] == {"without_ddp": [2_000, 1_900], "ddp": [1_500, 1_600]}
+    assert "break_even_bytes_per_s" in gpu["policies"]["mlp"] and "break_even_bytes_per_s" not in gpu["policies"]["act"]
+    text = "\n".join(gpu_text(gpu, "gpu_ddp_cost.json"))
+    assert "| mlp | 90000-100000 | 70000-80000 | 100000 | +25% | 0.64 ms |" in text
+    assert "| act | 1900-2000 | 1500-1600 | 2000 | +25% | 8.00 ms |" in text
+    assert "Each variant ran once" not in text  # the rounds give the spread
+    assert gpu_figures(tmp_path / "absent.json", {}) is None

@@ -27,3 +27,21 @@ def test_gpu_only_runs_refuse_a_machine_without_cuda(tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         train_speed.main(["--no-cpu", "--results-dir", str(tmp_path)])
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("arguments, message", [(["--variants", "mlp", "mlp ddp"], "unknown variant 'mlp ddp'"),
+                                                (["--rounds", "0"], "--rounds must be at least 1")])
+def test_bad_variants_or_rounds_get_a_one_line_error_before_anything_runs(tmp_path, capsys, arguments, message):
+    with pytest.raises(SystemExit) as exit_info:
+        gpu_paths.main([*arguments, "--results-dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err and not list(tmp_path.iterdir())
+
+
+def test_rounds_keep_the_fastest_run_and_every_rounds_rate():
+    slow, fast = {"ok": True, "samples_per_s": 90.0}, {"ok": True, "samples_per_s": 100.0}
+    failed = {"ok": False, "error": "boom"}
+    assert gpu_paths.fastest_round([slow, failed, fast]) == fast | {"round_samples_per_s": [90.0, None, 100.0]}
+    assert gpu_paths.fastest_round([slow]) == slow
+    assert gpu_paths.fastest_round([failed, failed]) == failed
+    assert {"act ddp", "diffusion ddp"} <= set(gpu_paths.VARIANTS) and gpu_paths.VARIANTS["act ddp"][1]  # torchrun
