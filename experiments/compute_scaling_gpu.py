@@ -52,6 +52,7 @@ def gpu_figures(path: Path, costs: dict[str, PolicyCost]) -> dict | None:
         checks[policy] = {"measured_samples_per_s": ddp["samples_per_s"], "predicted_samples_per_s": predicted,
                           "error": predicted / ddp["samples_per_s"] - 1,
                           "ddp_adds_s": ddp["batch"] / ddp["samples_per_s"] - plain["batch"] / plain["samples_per_s"],
+                          "data_wait_s": [plain["data_wait_s"], ddp["data_wait_s"]],
                           "rounds": {"without_ddp": plain["rounds"], "ddp": ddp["rounds"]}}
     others = {name: figures["samples_per_s"] for name, figures in recorded["variants"].items()
               if name.startswith("mlp ") and figures["ok"] and not figures["torchrun"]}
@@ -79,17 +80,19 @@ def gpu_text(gpu: dict, source: str) -> list[str]:
         return lines
     lines += ["", "One nccl rank under DDP against the same policy without it; the model gives nccl no cost at one "
               "rank, so the gap is DDP's own cost per step (samples/s: the fastest round, the rounds' range):", "",
-              "| policy | without DDP | DDP, 1 nccl rank | predicted | error | DDP adds per step |",
-              "|---|---|---|---|---|---|"]
+              "| policy | without DDP | DDP, 1 nccl rank | predicted | error | DDP adds per step | data wait per step "
+              "(without / with DDP) |", "|---|---|---|---|---|---|---|"]
     for policy, check in gpu["checks"].items():
         lines.append(f"| {policy} | {spread(check['rounds']['without_ddp'])} | {spread(check['rounds']['ddp'])} | "
                      f"{check['predicted_samples_per_s']:.0f} | {check['error']:+.0%} | "
-                     f"{milliseconds(check['ddp_adds_s'])} |")
+                     f"{milliseconds(check['ddp_adds_s'])} | {milliseconds(*check['data_wait_s'])} |")
     single = all(len(rates) == 1 for check in gpu["checks"].values() for rates in check["rounds"].values())
     others = gpu["other_mlp_without_ddp"]
-    if single and len(others) > 1:
+    if single and len(others) > 1 and "mlp" in gpu["checks"]:
+        without, with_ddp = gpu["checks"]["mlp"]["data_wait_s"]
         lines += ["", f"Each variant ran once. The same file's mlp runs without DDP ({', '.join(others)}) train at "
                   f"{min(others.values()):.0f} to {max(others.values()):.0f} samples/s: a few more kernels a step "
-                  "cost as much as DDP does, so one run per variant cannot tell DDP's fixed cost from the spread of "
-                  "a launch-bound step. `--rounds` in benchmarks/gpu_paths.py measures that spread."]
+                  "cost as much as DDP does. The mlp's data wait, the same work on the host with or without DDP, is "
+                  f"{with_ddp / without - 1:+.0%} in its DDP run. One run per variant cannot tell DDP's fixed cost "
+                  "from the spread of a launch-bound step; `--rounds` in benchmarks/gpu_paths.py measures that spread."]
     return lines

@@ -248,7 +248,7 @@ def test_the_gpu_checks_give_each_policy_ddps_cost_at_one_rank_and_the_spread_of
     assert gpu["checks"]["act"]["rounds"] == {"without_ddp": [2_000, 1_900], "ddp": [1_500, 1_600]}
     assert "break_even_bytes_per_s" in gpu["policies"]["mlp"] and "break_even_bytes_per_s" not in gpu["policies"]["act"]
     text = "\n".join(gpu_text(gpu, "gpu_ddp_cost.json"))
-    assert "| mlp | 90000-100000 | 70000-80000 | 100000 | +25% | 0.64 ms |" in text
-    assert "| act | 1900-2000 | 1500-1600 | 2000 | +25% | 8.00 ms |" in text
+    assert "| mlp | 90000-100000 | 70000-80000 | 100000 | +25% | 0.64 ms | 0.26 / 0.32 ms |" in text
+    assert "| act | 1900-2000 | 1500-1600 | 2000 | +25% | 8.00 ms | 3.20 / 4.00 ms |" in text
     assert "Each variant ran once" not in text  # the rounds give the spread
     assert gpu_figures(tmp_path / "absent.json", {}) is None
