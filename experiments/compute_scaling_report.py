@@ -31,7 +31,8 @@ LIMITATIONS = [
     "The straggler wait takes the ranks' step times as independent draws from this machine's single steps: "
     "another machine, or ranks that slow down together, spread differently.",
     "Not modelled: DDP's own fixed cost per step (the 1-rank DDP checks measure it: within this VM's noise on "
-    "CPU, large beside a launch-bound GPU step) and any overlap of communication with the backward pass.",
+    "CPU; on the GPU not yet told apart from how single runs of a launch-bound step spread) and any overlap of "
+    "communication with the backward pass.",
     "The fits are linear in bytes between the sizes swept (column sizes). Calls far larger leave the caches "
     "and cost more per byte: sweep larger sizes (--sweep-floats) before predicting for buckets above them.",
     "shm needs every rank on one host: its curves are for a host with R cores.",
