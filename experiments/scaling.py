@@ -1,7 +1,7 @@
 """Data scaling: fleet success against training robots and against episodes per robot (issue 30, part 1).
 
     .venv/bin/python -m experiments.scaling      # pick_place and push, 3 training seeds per point
-    .venv/bin/python -m experiments.scaling --setting visuomotor   # the cnn from cameras (~100 min)
+    .venv/bin/python -m experiments.scaling --setting visuomotor   # the cnn from cameras (~160 min)
     .venv/bin/python -m experiments.scaling --tasks reach --robots 1 2 --episodes 2 --fixed-episodes 2 \\
         --fixed-robots 2 --seeds 0 --min-steps 20 --max-steps 20 --hidden 16 --batch-size 8 --ranks 1 \\
         --eval-robots 3 --eval-episodes 1 --out /tmp/scaling --docs /tmp/scaling/scaling.md \\
@@ -16,7 +16,7 @@ the scripted expert. Two sweeps per task, each point trained once per training s
 
 ``--setting`` picks the defaults (``SETTINGS``): ``state``, the MLP on state inputs (bc.py
 ``--inputs state``); ``visuomotor``, the cnn from the front and wrist cameras and the arm's
-own state (``--inputs proprio+cameras``, as the visuomotor full run), with one training seed
+own state (``--inputs proprio+cameras``, as the visuomotor full run), with two training seeds
 and a smaller sweep (robots 3 9 27, episodes 5 10 20), since a point trains ~10x slower. Its
 results go to ``scaling_visuomotor.json`` and a section of its own.
 
@@ -75,7 +75,7 @@ from sim.shared import REPO, check_options, parse_config
 SETTINGS = {  # the defaults of each --setting
     "state": {"tasks": ("pick_place", "push"), "robots": (1, 3, 9, 27, 81), "episodes": (2, 5, 10, 20, 40),
               "seeds": (0, 1, 2), "policy": "mlp", "inputs": "state", "hidden": (512, 512, 512), "batch_size": 256},
-    "visuomotor": {"tasks": ("pick_place", "push"), "robots": (3, 9, 27), "episodes": (5, 10, 20), "seeds": (0,),
+    "visuomotor": {"tasks": ("pick_place", "push"), "robots": (3, 9, 27), "episodes": (5, 10, 20), "seeds": (0, 1),
                    "policy": "cnn", "inputs": "proprio+cameras", "cameras": ("front", "wrist"), "hidden": (256, 256),
                    "batch_size": 64},
 }
