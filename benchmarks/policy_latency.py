@@ -21,7 +21,8 @@ its whole denoising loop) give the median and p99 in ms (of fewer than 100 calls
 close to their maximum).
 
 Parameters: ``sum(p.numel())`` over the policy's parameters (normalisation buffers excluded).
-Checkpoint bytes: ``torch.save`` of the evaluation content (``EVALUATION_KEYS``), all a robot needs to run it.
+Checkpoint bytes: a checkpoint's weights and their description (``model.safetensors`` and
+``checkpoint.json``), all a robot needs to run it.
 
 By default every size of every kind (``CASES``) is built from a ``PolicyOptions`` on the
 pick_place task's features (mlp: ``state`` inputs; the others: ``proprio+cameras``, front
@@ -52,7 +53,7 @@ from collect.schema import features_of
 from eval.lerobot_policy import LeRobotAgent
 from sim import make_robot, resolve_task
 from sim.shared import fail
-from train.checkpoint import EVALUATION_KEYS, latest_checkpoint, load_policy, read_checkpoint
+from train.checkpoint import DESCRIPTION, WEIGHTS, Checkpoint, load_policy, open_checkpoint
 from train.config import PolicyOptions
 from train.export import EXPORTABLE, export_lerobot_policy
 from train.policies.policy import make_policy, policy_spec
@@ -90,24 +91,30 @@ def synthetic_stats(feature: dict) -> dict[str, np.ndarray]:
     return {name: np.full(shape, value, np.float32) for name, value in values.items()}
 
 
-def synthetic_checkpoint(case: str, features: dict[str, dict]) -> dict:
-    """The evaluation content of case ``case`` of ``CASES``, freshly initialised."""
+def synthetic_checkpoint(case: str, features: dict[str, dict]) -> Checkpoint:
+    """The checkpoint of case ``case`` of ``CASES``, freshly initialised."""
     fields = CASES[case]
     config = PolicyOptions(**fields, inputs="state" if fields["policy"] == "mlp" else "proprio+cameras")
     spec = policy_spec(config, features)
     stats = {name: synthetic_stats(features[name]) for name in [*spec.features, "action"]}
     torch.manual_seed(0)
-    return {"policy_spec": spec.to_dict(), "model": make_policy(spec, stats).state_dict(), "stats": stats,
-            "features": features, "task": {"name": TASK}, "step": 0}
+    return Checkpoint(spec=spec, weights=make_policy(spec, stats).state_dict(), stats=stats, features=features,
+                      task={"name": TASK}, step=0)
 
 
-def trained_checkpoint(path: Path) -> tuple[dict, int]:
-    """The evaluation content of a run's newest checkpoint (or of a checkpoint file), and the file's size."""
-    file = path if path.is_file() else latest_checkpoint(path)
-    if file is None:
-        fail(f"--checkpoint {path}: no checkpoint there")
-    content = read_checkpoint(file)
-    return {key: content[key] for key in EVALUATION_KEYS}, file.stat().st_size
+def trained_checkpoint(path: Path) -> tuple[Checkpoint, int]:
+    """A run's newest intact checkpoint (or the checkpoint ``path``), without its resume state, and the
+    size of all its files (its resume state included)."""
+    try:
+        checkpoint = open_checkpoint(path)
+    except ValueError as error:
+        fail(f"--checkpoint {path}: {error}")
+    return checkpoint, sum(file.stat().st_size for file in checkpoint.path.iterdir())
+
+
+def checkpoint_bytes(directory: Path) -> int:
+    """The bytes of a checkpoint's weights and description (what evaluation reads)."""
+    return sum((directory / name).stat().st_size for name in (WEIGHTS, DESCRIPTION))
 
 
 def checkpoints(paths: list[Path], cases: list[str], image_size: int):
@@ -150,12 +157,12 @@ def measure(case: str, path: Path, file_bytes: int | None, repetitions: int, war
             devices: list[str]) -> list[dict]:
     """One row per device for the policy of the evaluation checkpoint ``path`` (see the module docstring)."""
     policy, checkpoint = load_policy(path, n_action_steps=1)
-    observation = observation_of(policy, checkpoint["features"])
+    observation = observation_of(policy, checkpoint.features)
     del checkpoint  # a second copy of the weights (1 GB for the default diffusion)
     kind, steps = policy.spec.kind, policy.spec.n_obs_steps
     peer = export_lerobot_policy(path, path.with_suffix(".lerobot")) if kind in EXPORTABLE else None
     base = {"case": case, "kind": kind, "parameters": sum(p.numel() for p in policy.parameters()),
-            "checkpoint_bytes": path.stat().st_size, "file_bytes": file_bytes}
+            "checkpoint_bytes": checkpoint_bytes(path), "file_bytes": file_bytes}
     rows = []
     for device in devices:
         policy.to(device).reset()
@@ -217,9 +224,8 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         rows = []
         for index, (case, content, file_bytes) in enumerate(checkpoints(args.checkpoint, cases, args.image_size)):
-            path = scratch / f"{index}.pt"
-            torch.save(content, path)
-            diffusion = content["policy_spec"]["kind"] == "diffusion"
+            path = content.write(scratch / str(index))
+            diffusion = content.spec.kind == "diffusion"
             del content  # one policy's weights in memory at a time
             repetitions = args.diffusion_repetitions if diffusion else args.repetitions
             warmup = min(args.warmup, max(1, repetitions // 10))

@@ -30,7 +30,8 @@ import numpy as np
 import torch
 
 from train.augment import images_to_model
-from train.policies.policy import IMAGE_PREFIX
+from train.checkpoint import Checkpoint
+from train.policies.policy import IMAGE_PREFIX, PolicySpec
 
 POLICY_FILES = ("config.json", "model.safetensors")
 SIDECAR = Path("meta") / "robofleet.json"  # written beside an export by dataset/lerobot_io.py
@@ -57,13 +58,12 @@ def _training_export(path: Path) -> dict:
     return json.loads(sidecar.read_text()).get("manifest") or {}
 
 
-def describe_lerobot_policy(path: str | Path) -> dict:
-    """What evaluation needs to know of a pretrained_model directory, in the layout of our checkpoints.
-
-    ``policy_spec`` (kind, features, n_action_steps, horizon), ``features`` (shapes as the
-    env gives them: images H x W x C), ``task`` and ``seed`` (from the training export, or
-    None), ``step`` (from ``checkpoints/<step>/``, or None). Raises ValueError for a
-    directory whose config.json is not a LeRobot policy config.
+def describe_lerobot_policy(path: str | Path) -> Checkpoint:
+    """What evaluation needs to know of a pretrained_model directory, as a ``Checkpoint`` of format
+    ``lerobot`` without weights: its spec (kind, features, inputs, n_action_steps, horizon), features
+    (shapes as the env gives them: images H x W x C), task and fleet seed (from the training export,
+    or None), step (from ``checkpoints/<step>/``, or None). Raises ValueError for a directory whose
+    config.json is not a LeRobot policy config.
     """
     path = Path(path)
     try:
@@ -77,18 +77,14 @@ def describe_lerobot_policy(path: str | Path) -> dict:
                   for name, shape in shapes.items()}
     manifest = _training_export(path)
     step = path.parent.name
-    return {
-        "format": "lerobot",
-        "policy_spec": {"kind": kind, "features": shapes, "inputs": "+".join(shapes),
-                        "n_action_steps": int(config.get("n_action_steps") or 1), "horizon": _chunk_length(config)},
-        "features": {**{name: {"shape": shape} for name, shape in env_shapes.items()},
-                     "action": {"shape": list(action_shape)}},
-        "task": ({"name": manifest["task"]["name"], "reference": (manifest.get("data_config") or {}).get("task")}
-                 if manifest.get("task") else None),
-        "seed": manifest.get("seed"),
-        "step": int(step) if step.isdigit() else None,
-        "code_version": None,
-    }
+    task = ({"name": manifest["task"]["name"], "reference": (manifest.get("data_config") or {}).get("task")}
+            if manifest.get("task") else None)
+    spec = PolicySpec(kind=kind, features=shapes, inputs="+".join(shapes),
+                      n_action_steps=int(config.get("n_action_steps") or 1), horizon=_chunk_length(config))
+    return Checkpoint(spec=spec, weights={}, stats={}, format="lerobot", path=path,
+                      features={**{name: {"shape": shape} for name, shape in env_shapes.items()},
+                                "action": {"shape": list(action_shape)}},
+                      task=task, identity={"seed": manifest.get("seed")}, step=int(step) if step.isdigit() else None)
 
 
 class LeRobotAgent:

@@ -26,8 +26,8 @@ from eval.lerobot_policy import LeRobotAgent, describe_lerobot_policy, is_lerobo
 from sim.fleet import RobotProfile, episode_seed, make_robot
 from sim.shared import from_repo, one_line, repo_relative
 from sim.tasks import resolve_task
-from train.checkpoint import checkpoint_dir, load_policy, newest_intact_checkpoint, read_checkpoint
-from train.policies.policy import IMAGE_PREFIX
+from train.checkpoint import Checkpoint, open_checkpoint
+from train.policies.policy import IMAGE_PREFIX, PolicySpec
 
 SEED_STREAM = "evaluate"
 
@@ -58,56 +58,43 @@ class EvalPlan:
                 [p.robot_id for p in self.robots if p.robot_id not in set(self.training_robots)]}
 
 
-def _load(path: str, n_action_steps: int | None = None) -> tuple[str, dict]:
-    """The checkpoint file and its content; refuses missing, unreadable and incomplete ones.
-
-    A run directory (or its checkpoints/) gives its newest intact checkpoint, with a warning
-    for each broken one skipped; a file is that checkpoint or an error.
-    """
+def _load(path: str, n_action_steps: int | None = None) -> Checkpoint:
+    """The checkpoint at ``path``, read once and checked to build its policy; a one-line ``ValueError``
+    for a missing, old-format, damaged or incomplete one. A run directory gives its newest intact
+    checkpoint, with a warning for each broken one skipped. A LeRobot pretrained_model directory
+    is described as a checkpoint once lerobot has loaded it."""
     given = Path(path)
     if is_lerobot_pretrained(given):
-        return _load_lerobot(given.resolve(), n_action_steps)
-    if given.is_dir():
-        run = given.parent if given == checkpoint_dir(given.parent) else given
-        found = newest_intact_checkpoint(run)
-        if found is None:
-            raise ValueError(f"no checkpoint at {given}")
-        resolved, checkpoint = found[0].resolve(), found[1]
-    else:
-        resolved = given.resolve()
-        checkpoint = read_checkpoint(resolved)
-    _check_chunk(checkpoint["policy_spec"], n_action_steps)
+        checkpoint = describe_lerobot_policy(given.resolve())
+        _check_chunk(checkpoint.spec, n_action_steps)
+        try:
+            LeRobotAgent(checkpoint.path, "cpu", n_action_steps)
+        except Exception as error:  # weights or processors that lerobot cannot load
+            raise ValueError(f"LeRobot policy {checkpoint.path} does not load: {one_line(error)}") from None
+        return checkpoint
+    checkpoint = open_checkpoint(given)
+    _check_chunk(checkpoint.spec, n_action_steps)
     try:
-        load_policy(resolved, n_action_steps=n_action_steps)
-    except Exception as error:  # unknown policy kind, weights that do not fit the spec
-        raise ValueError(f"checkpoint {resolved} does not build its policy: {one_line(error)}") from None
-    return str(resolved), checkpoint
+        checkpoint.policy(n_action_steps=n_action_steps)
+    except Exception as error:  # an unknown policy kind, options its class refuses
+        raise ValueError(f"checkpoint {checkpoint.path} does not build its policy: {one_line(error)}") from None
+    return checkpoint
 
 
-def _load_lerobot(path: Path, n_action_steps: int | None) -> tuple[str, dict]:
-    """A LeRobot pretrained_model directory, described as our checkpoints are, once lerobot has loaded it."""
-    checkpoint = describe_lerobot_policy(path)
-    _check_chunk(checkpoint["policy_spec"], n_action_steps)
-    try:
-        LeRobotAgent(path, "cpu", n_action_steps)
-    except Exception as error:  # weights or processors that lerobot cannot load
-        raise ValueError(f"LeRobot policy {path} does not load: {one_line(error)}") from None
-    return str(path), checkpoint
-
-
-def _check_chunk(spec: dict, n_action_steps: int | None) -> None:
-    longest = spec["horizon"] + spec.get("action_start", 0)
+def _check_chunk(spec: PolicySpec, n_action_steps: int | None) -> None:
+    longest = spec.horizon + spec.action_start
     if n_action_steps is not None and n_action_steps > longest:
-        raise ValueError(f"--n-action-steps {n_action_steps} is longer than the {spec['kind']} policy's chunk "
+        raise ValueError(f"--n-action-steps {n_action_steps} is longer than the {spec.kind} policy's chunk "
                          f"of {longest} actions")
 
 
-def _task(config: EvalConfig, checkpoint: dict | None):
-    trained_on = (checkpoint or {}).get("task") or {}
+def _task(config: EvalConfig, checkpoint: Checkpoint | None):
+    trained_on = (checkpoint.task if checkpoint else None) or {}
     reference = config.task or trained_on.get("reference") or trained_on.get("name")
     if reference is None:
+        lerobot = checkpoint is not None and checkpoint.format == "lerobot"
         where = ("the LeRobot policy does not name its task (it was not trained on a `dataset export-lerobot` export)"
-                 if (checkpoint or {}).get("format") == "lerobot" else "the checkpoint does not name its task")
+                 if lerobot else "the checkpoint does not name its task")
         raise ValueError(f"{where}: give --task")
     try:
         spec = resolve_task(reference)
@@ -120,21 +107,21 @@ def _task(config: EvalConfig, checkpoint: dict | None):
     return reference, spec
 
 
-def _cameras(checkpoint: dict | None) -> tuple[tuple[str, ...], int | tuple[int, int]]:
+def _cameras(checkpoint: Checkpoint | None) -> tuple[tuple[str, ...], int | tuple[int, int]]:
     """The cameras and image size the policy's image inputs need (none for state policies)."""
     if checkpoint is None:
         return (), 96
-    names = [name for name in checkpoint["policy_spec"]["features"] if name.startswith(IMAGE_PREFIX)]
+    names = [name for name in checkpoint.spec.features if name.startswith(IMAGE_PREFIX)]
     if not names:
         return (), 96
-    height, width = checkpoint["features"][names[0]]["shape"][:2]
+    height, width = checkpoint.features[names[0]]["shape"][:2]
     return tuple(name[len(IMAGE_PREFIX):] for name in names), height if height == width else (height, width)
 
 
-def _check_schema(checkpoint: dict, env_features: dict) -> None:
+def _check_schema(checkpoint: Checkpoint, env_features: dict) -> None:
     """Every input of the policy and the action must have the shape the policy was trained on."""
-    trained = checkpoint["features"]
-    for name in [*checkpoint["policy_spec"]["features"], "action"]:
+    trained = checkpoint.features
+    for name in [*checkpoint.spec.features, "action"]:
         if name not in env_features:
             raise ValueError(f"schema mismatch: the policy needs {name}, which the env does not provide")
         if name not in trained or list(trained[name]["shape"]) != list(env_features[name]["shape"]):
@@ -143,13 +130,13 @@ def _check_schema(checkpoint: dict, env_features: dict) -> None:
                              f"the env's {env_features[name]['shape']}")
 
 
-def _training_store(checkpoint: dict | None) -> FleetStore | None:
+def _training_store(checkpoint: Checkpoint | None) -> FleetStore | None:
     """The collection the checkpoint was trained on, where it is still on disk.
 
     A ``ValueError`` (a corrupt manifest, a store zarr cannot open) stops the evaluation: its
     held-out seeds could not be checked against it.
     """
-    data = (checkpoint or {}).get("data")
+    data = checkpoint.data if checkpoint else None
     if not data:
         return None
     try:
@@ -183,7 +170,7 @@ def held_out_seeds(fleet_seed: int, robot_id: int, episodes: int, exclude: set[i
 
 def make_plan(config: EvalConfig) -> EvalPlan:
     """Check the checkpoint against the task and env, and settle robots and seeds (see the module docstring)."""
-    checkpoint_path, checkpoint = _load(config.checkpoint, config.n_action_steps) if config.checkpoint else (None, None)
+    checkpoint = _load(config.checkpoint, config.n_action_steps) if config.checkpoint else None
     task, spec = _task(config, checkpoint)
     cameras, image_size = _cameras(checkpoint)
     store = _training_store(checkpoint)
@@ -191,8 +178,10 @@ def make_plan(config: EvalConfig) -> EvalPlan:
         fleet_seed, seeds_from = config.seed, "--seed"
     elif store is not None and store.manifest and store.manifest.get("seed") is not None:
         fleet_seed, seeds_from = int(store.manifest["seed"]), f"the training collection {repo_relative(store.path)}"
-    elif checkpoint is not None and checkpoint.get("seed") is not None:
-        fleet_seed, seeds_from = int(checkpoint["seed"]), "the LeRobot policy's training export (meta/robofleet.json)"
+    elif checkpoint is not None and checkpoint.fleet_seed is not None:
+        fleet_seed = int(checkpoint.fleet_seed)
+        seeds_from = ("the LeRobot policy's training export (meta/robofleet.json)" if checkpoint.format == "lerobot"
+                      else "the checkpoint's record of its training collection")
     else:
         fleet_seed, seeds_from = 0, "the default (0)"
     robots = [make_robot(k, fleet_seed) for k in range(config.robot_offset, config.robot_offset + config.robots)]
@@ -219,13 +208,13 @@ def make_plan(config: EvalConfig) -> EvalPlan:
         held_out += f", episodes from {config.episode_offset} on"
     info = None
     if checkpoint is not None:
-        info = {"path": repo_relative(checkpoint_path), "format": checkpoint.get("format", "robofleet"),
-                "step": checkpoint["step"], "code_version": checkpoint.get("code_version"),
-                "task": checkpoint["task"], "policy": checkpoint["policy_spec"]["kind"],
-                "inputs": checkpoint["policy_spec"].get("inputs", "state"), "data": checkpoint.get("data"),
-                "n_action_steps": config.n_action_steps or checkpoint["policy_spec"]["n_action_steps"],
-                "personal_robots": sorted(checkpoint.get("personal", {}))}
-    return EvalPlan(task=task, task_name=spec.name, checkpoint=checkpoint_path, checkpoint_info=info,
+        info = {"path": repo_relative(checkpoint.path), "format": checkpoint.format, "step": checkpoint.step,
+                "code_version": checkpoint.code_version, "task": checkpoint.task, "policy": checkpoint.spec.kind,
+                "inputs": checkpoint.spec.inputs, "data": checkpoint.data,
+                "n_action_steps": config.n_action_steps or checkpoint.spec.n_action_steps,
+                "personal_robots": sorted(checkpoint.personal)}
+    return EvalPlan(task=task, task_name=spec.name, checkpoint=str(checkpoint.path) if checkpoint else None,
+                    checkpoint_info=info,
                     cameras=cameras, image_size=image_size, fps=fps, fleet_seed=fleet_seed, seeds_from=seeds_from,
                     robots=robots, seeds=seeds, training_robots=store.robots if same_fleet else None,
                     held_out=held_out)

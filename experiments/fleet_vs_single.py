@@ -42,7 +42,7 @@ from eval import EvalConfig, run_evaluation
 from experiments.common import REPO, run_step, write_section
 from sim.fleet import SITES
 from sim.shared import fail, parse_config
-from train.checkpoint import load_checkpoint, load_policy
+from train.checkpoint import load_policy, open_checkpoint
 
 METHODS = ("single", "central", "fedavg", "personal")
 
@@ -107,15 +107,16 @@ def training_commands(config: ExperimentConfig, data: Path, out: Path, scheduler
 
 def communication(method: str, run: Path, store: FleetStore) -> dict[str, int]:
     """Model bytes on the wire during training, and the demonstration bytes robots uploaded for it."""
-    checkpoint = load_checkpoint(run)
+    checkpoint = open_checkpoint(run, training=True)
     if method in ("fedavg", "personal"):
-        return {"model_bytes": checkpoint["federated"]["bytes_up"] + checkpoint["federated"]["bytes_down"],
+        server = checkpoint.training["federated"]
+        return {"model_bytes": server["bytes_up"] + server["bytes_down"],
                 "data_bytes": 0}
     if method == "single":  # trains where its data is: nothing travels
         return {"model_bytes": 0, "data_bytes": 0}
     ranks = int(json.loads((run / "config.json").read_text())["world_size"])
     parameters = sum(p.numel() for p in load_policy(run)[0].parameters())
-    all_reduce = checkpoint["step"] * ranks * 2 * (ranks - 1) / ranks * parameters * 4
+    all_reduce = checkpoint.step * ranks * 2 * (ranks - 1) / ranks * parameters * 4
     return {"model_bytes": int(all_reduce), "data_bytes": store_bytes(store.path)}
 
 

@@ -50,7 +50,7 @@ from benchmarks.common import machine_facts, write_results
 from experiments.common import merged_rows, run_step, write_section
 from sim.fleet import SITES
 from sim.shared import REPO, check_options, parse_config, repo_relative
-from train.checkpoint import latest_checkpoint, load_checkpoint
+from train.checkpoint import latest_checkpoint, open_checkpoint
 from train.policies.policy import POLICIES, policy_class
 
 SETTINGS = {  # the defaults of each setting; per-task ones are dicts (a task not named gets the largest value)
@@ -218,7 +218,7 @@ def finished_evaluation(out: Path, step: int | None, episodes: int) -> dict | No
 
 def trained_step(run: Path) -> int | None:
     last = latest_checkpoint(run)
-    return load_checkpoint(last)["step"] if last else None
+    return open_checkpoint(last).step if last else None
 
 
 def seeds_of(info: dict) -> list[tuple[int, int]]:

@@ -6,7 +6,7 @@ fleet_vs_single's personalised run did not raise its worst site. This asks wheth
 personalisation could have, with the data each site has. It takes a trained run (``--run``,
 default fleet_vs_single's FedAvg policy) and, for each variant below, fine-tunes a copy of
 its policy on each group's own episodes (``--epochs`` passes, AdamW at ``--lr``). The results
-become the copy's personal weights (``checkpoint["personal"]``, which ``evaluate`` gives each
+become the copy's personal weights (``Checkpoint.personal``, which ``evaluate`` gives each
 robot), and the fleet is evaluated on fleet_vs_single's held-out seeds:
 
 - ``site head`` / ``robot head``: only the head trains, the body frozen: personal heads
@@ -36,7 +36,7 @@ from eval import EvalConfig, run_evaluation
 from experiments.common import write_section
 from sim.fleet import SITES
 from sim.shared import fail, from_repo, parse_config
-from train.checkpoint import latest_checkpoint, load_checkpoint, load_policy, save_checkpoint
+from train.checkpoint import latest_checkpoint, load_policy, open_checkpoint
 from train.schedule import adamw
 
 VARIANTS = {"site head": ("site", "head"), "robot head": ("robot", "head"), "site policy": ("site", "all")}
@@ -83,15 +83,15 @@ def personalise(run: Path, copy: Path, store: FleetStore, group: str, part: str,
     """A copy of ``run`` whose every robot has its group's fine-tuned weights as personal weights."""
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(run, copy, symlinks=True)  # checkpoints/last stays a link to the copy's own step file
-    checkpoint = load_checkpoint(copy)
+    checkpoint = open_checkpoint(copy, training=True)
     groups = ([[robot] for robot in store.robots] if group == "robot" else
               [[r for r in store.robots if store.site_of(r) == site] for site in SITES])
-    checkpoint["personal"] = {}
+    checkpoint.personal = {}
     for robots in filter(None, groups):
         weights = fine_tune(run, store, robots, part, config)
-        checkpoint["personal"].update({robot: weights for robot in robots})
-    checkpoint["personal_ceiling"] = {"group": group, "part": part, **asdict(config)}
-    save_checkpoint(copy, checkpoint, step=int(latest_checkpoint(copy).stem.split("_")[1]))
+        checkpoint.personal.update({robot: weights for robot in robots})
+    checkpoint.config = {**checkpoint.config, "personal_ceiling": {"group": group, "part": part, **asdict(config)}}
+    checkpoint.save(copy)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
     run, out = Path(config.run), Path(config.out)
     if latest_checkpoint(run) is None:
         fail(f"no checkpoint in --run {run} (run experiments.fleet_vs_single first)")
-    store = FleetStore.open(from_repo(load_checkpoint(run)["data"]))
+    store = FleetStore.open(from_repo(open_checkpoint(run).data))
     command = "python -m experiments.personal_ceiling" + "".join(f" {a}" for a in (argv if argv is not None
                                                                                    else sys.argv[1:]))
     results = {}

@@ -126,10 +126,18 @@ def check_choices(config: object, choices: dict[str, Sequence[str]]) -> None:
                              f"got {value!r}")
 
 
+class Failure(SystemExit):
+    """How ``fail`` exits: the one-line error is printed; ``message`` keeps it for whoever records it."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(code)
+        self.message = message
+
+
 def fail(message: str, code: int = 2) -> typing.NoReturn:
     """Exit with a one-line error, the way every RoboFleet command reports bad input."""
     print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(code)
+    raise Failure(message, code)
 
 
 def warn(message: str) -> None:

@@ -1,8 +1,11 @@
 import sim  # noqa: F401  (first: selects headless MuJoCo rendering before any test imports mujoco)
 
+import shutil
+
 import pytest
 
 from collect_helpers import collected
+from train_helpers import train
 
 
 @pytest.fixture(scope="session")
@@ -10,6 +13,21 @@ def pick_place_fleet(tmp_path_factory):
     """3 robots (one per site) x 3 pick-place episodes, collected once for the dataset tests. Read-only."""
     return collected(tmp_path_factory, "pick_place", "--robots", "3", "--episodes", "3", "--task", "pick_place",
                      "--workers", "2")
+
+
+@pytest.fixture(scope="session")
+def trained_run(pick_place_fleet, tmp_path_factory):
+    """A bc.py run of 20 steps on the pick-place fleet: checkpoints at steps 10 and 20. Read-only."""
+    run = tmp_path_factory.mktemp("trained") / "run"
+    completed = train("--data", pick_place_fleet, "--out", run, "--max-steps", "20")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return run
+
+
+@pytest.fixture
+def run_copy(trained_run, tmp_path):
+    """A copy of ``trained_run``, to damage or resume."""
+    return shutil.copytree(trained_run, tmp_path / "run", symlinks=True)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from eval.engine import make_jobs
 from eval.plan import make_plan
 from eval.rollout import evaluate_robot
 from train import distill
-from train.checkpoint import load_checkpoint, load_policy
+from train.checkpoint import load_policy, open_checkpoint
 from train_helpers import metrics, train
 
 
@@ -39,8 +39,8 @@ def student(pick_place_fleet, teacher, tmp_path_factory):
 def test_the_student_learns_the_teachers_actions_and_evaluate_runs_it(student, teacher, tmp_path):
     losses = [record["loss"] for record in metrics(student) if "loss" in record and record["step"] <= 30]
     assert losses[-1] < 0.7 * losses[0], losses
-    checkpoint = load_checkpoint(student)
-    assert checkpoint["step"] == 40 and checkpoint["config"]["teacher"] == str(teacher)
+    checkpoint = open_checkpoint(student)
+    assert checkpoint.step == 40 and checkpoint.config["teacher"] == str(teacher)
     policy, _ = load_policy(student)
     teacher_policy, _ = load_policy(teacher)
     assert sum(p.numel() for p in policy.parameters()) < sum(p.numel() for p in teacher_policy.parameters()) / 10
@@ -63,7 +63,7 @@ def test_a_dagger_round_is_a_valid_store_of_the_teachers_labels_on_the_students_
         observation = {name: episode[name][t] for name in labeller.spec.features}
         expected = np.clip(labeller.select_action(observation), space_low, space_high)
         np.testing.assert_allclose(episode["action"][t], expected, rtol=1e-5, atol=1e-6)
-    student_policy, _ = load_policy(Path(student / "dagger" / "round_1_student.pt"))
+    student_policy, _ = load_policy(Path(student / "dagger" / "round_1_student"))
     student_policy.reset()
     observation = {name: episode[name][0] for name in student_policy.spec.features}
     assert not np.allclose(student_policy.select_action(observation), episode["action"][0])  # the student drove
@@ -80,7 +80,7 @@ def one_line_error(capsys, *arguments) -> str:
 
 
 def test_bad_teachers_are_one_line_errors(pick_place_fleet, camera_fleet, teacher, tmp_path, capsys):
-    assert "no checkpoint there" in one_line_error(capsys, "--teacher", tmp_path / "nowhere", "--data",
+    assert "no checkpoint at" in one_line_error(capsys, "--teacher", tmp_path / "nowhere", "--data",
                                                    pick_place_fleet, "--out", tmp_path / "a")
     assert "was trained on pick_place" in one_line_error(capsys, "--teacher", teacher, "--data", camera_fleet,
                                                          "--out", tmp_path / "b")

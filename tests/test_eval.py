@@ -2,6 +2,7 @@
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
 
@@ -26,7 +27,7 @@ from sim.fleet import SITES, episode_seed, make_robot
 from sim.rollout import run_episode
 import sim.shared
 from sim.tasks import TaskSpec, resolve_task
-from train.checkpoint import latest_checkpoint, load_checkpoint, load_policy
+from train.checkpoint import latest_checkpoint, load_policy, open_checkpoint
 
 
 def run_evaluate(*arguments) -> subprocess.CompletedProcess:
@@ -201,11 +202,10 @@ def test_n_action_steps_replaces_the_checkpoints_for_evaluation(checkpoint):
 
 
 def test_a_robots_personal_weights_are_used_for_that_robot_only(checkpoint, tmp_path):
-    content = load_checkpoint(latest_checkpoint(checkpoint))
-    head = {key: torch.zeros_like(content["model"][key]) for key in load_policy(checkpoint)[0].head_keys()}
-    content["personal"] = {1: head}  # robot 1's head outputs the mean action: it cannot steer to the goal
-    path = tmp_path / "personal.pt"
-    torch.save(content, path)
+    content = open_checkpoint(checkpoint)
+    head = {key: torch.zeros_like(content.weights[key]) for key in load_policy(checkpoint)[0].head_keys()}
+    content.personal = {1: head}  # robot 1's head outputs the mean action: it cannot steer to the goal
+    path = content.write(tmp_path / "personal")
     for robot, changed in ((0, False), (1, True)):
         shared, personal = evaluate_robot(job(checkpoint, robot, 4)), evaluate_robot(job(path, robot, 4))
         same = [a["sum_reward"] == b["sum_reward"] for a, b in zip(shared, personal)]
@@ -214,27 +214,28 @@ def test_a_robots_personal_weights_are_used_for_that_robot_only(checkpoint, tmp_
 
 # ----- refusals: a one-line error, exit 2, nothing written ---------------------------------------------------
 def _truncated(checkpoint, tmp_path):
-    data = latest_checkpoint(checkpoint).read_bytes()
-    (tmp_path / "truncated.pt").write_bytes(data[: len(data) // 2])
-    return ["--checkpoint", tmp_path / "truncated.pt"]
+    copy = shutil.copytree(latest_checkpoint(checkpoint), tmp_path / "truncated")
+    data = (copy / "model.safetensors").read_bytes()
+    (copy / "model.safetensors").write_bytes(data[: len(data) // 2])
+    return ["--checkpoint", copy]
 
 
 def _other_schema(checkpoint, tmp_path):
-    content = load_checkpoint(latest_checkpoint(checkpoint))
-    content["features"]["observation.state"]["shape"] = [21]  # trained on a robot with another state vector
-    torch.save(content, tmp_path / "schema.pt")
-    return ["--checkpoint", tmp_path / "schema.pt"]
+    content = open_checkpoint(checkpoint)
+    content.features["observation.state"]["shape"] = [21]  # trained on a robot with another state vector
+    return ["--checkpoint", content.write(tmp_path / "schema")]
 
 
 def _not_a_checkpoint(checkpoint, tmp_path):
-    torch.save({"model": {}}, tmp_path / "foreign.pt")
-    return ["--checkpoint", tmp_path / "foreign.pt"]
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "checkpoint.json").write_text('{"model": {}}')
+    return ["--checkpoint", tmp_path / "foreign"]
 
 
 @pytest.mark.parametrize("arguments, message", [
     (lambda c, t: ["--checkpoint", t / "missing"], "no checkpoint at"),
-    (_truncated, "truncated or not a checkpoint"),
-    (_not_a_checkpoint, "is not a RoboFleet checkpoint: it lacks policy_spec"),
+    (_truncated, "model.safetensors is damaged: its sha256 does not match"),
+    (_not_a_checkpoint, "is not a RoboFleet checkpoint: checkpoint.json lacks format, policy_spec"),
     (lambda c, t: ["--checkpoint", c, "--task", "pick_place"], "trained on task 'reach', not 'pick_place'"),
     (_other_schema, "schema mismatch: the checkpoint's observation.state has shape [21], the env's [20]"),
     (lambda c, t: [], "--checkpoint is required"),
@@ -307,11 +308,10 @@ def test_an_episode_that_crashes_is_a_failure_with_its_reason_and_the_run_goes_o
 
 
 def test_a_policy_that_outputs_nan_fails_its_episodes_with_the_reason(checkpoint, tmp_path):
-    content = load_checkpoint(latest_checkpoint(checkpoint))
-    content["model"] = {key: value.fill_(float("nan")) if key in load_policy(checkpoint)[0].head_keys() else value
-                        for key, value in content["model"].items()}
-    torch.save(content, tmp_path / "nan.pt")
-    records = evaluate_robot(job(tmp_path / "nan.pt", 0, batch=2, episodes=3))
+    content = open_checkpoint(checkpoint)
+    content.weights = {key: value.fill_(float("nan")) if key in load_policy(checkpoint)[0].head_keys() else value
+                       for key, value in content.weights.items()}
+    records = evaluate_robot(job(content.write(tmp_path / "nan"), 0, batch=2, episodes=3))
     assert [(r["success"], r["steps"], r["error"]) for r in records] == [(False, 0, "the agent's action is not finite")] * 3
 
 
@@ -362,4 +362,4 @@ def test_eval_info_records_the_checkpoint_relative_to_the_repository(checkpoint,
     monkeypatch.setattr(sim.shared, "REPO", checkpoint.parent.resolve())
     recorded = make_plan(EvalConfig(checkpoint=str(checkpoint), robots=1)).checkpoint_info["path"]
     assert recorded.startswith(f"{checkpoint.name}/checkpoints/")  # the run's latest checkpoint, from the "repository"
-    assert sim.shared.from_repo(recorded).is_file()
+    assert sim.shared.from_repo(recorded).is_dir()

@@ -9,7 +9,7 @@ import pytest
 from experiments import full_run
 from experiments.common import merged_rows, write_section
 from sim.shared import parse_config
-from train.checkpoint import latest_checkpoint, load_checkpoint
+from train.checkpoint import latest_checkpoint, open_checkpoint
 
 
 def test_the_full_run_writes_its_figures_and_the_table(tmp_path):
@@ -40,7 +40,7 @@ def test_the_visuomotor_setting_runs_a_camera_policy_and_resumes_without_redoing
     (cnn,) = full_run.main(arguments)["results"]
     assert cnn["policy"] == "cnn" and cnn["inputs"] == "proprio+cameras" and cnn["site_goal"] == 0.85
     assert cnn["action_modes"] == 2 and "| reach | cnn (2 modes) |" in docs.read_text()
-    assert load_checkpoint(latest_checkpoint(tmp_path / "run" / "reach" / "cnn" / "run"))["policy_spec"]["action_modes"] == 2
+    assert open_checkpoint(latest_checkpoint(tmp_path / "run" / "reach" / "cnn" / "run")).spec.action_modes == 2
     assert cnn["policy_success"]["n_episodes"] == cnn["expert"]["n_episodes"] == 2
     assert "## The recorded full run (visuomotor)" in docs.read_text()
     train_log = tmp_path / "run" / "reach" / "cnn.train.log"

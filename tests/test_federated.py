@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from collect_helpers import REPO, subprocess_env
 from dataset import FleetStore
 from dataset.stats import fleet_stats
 from federated_helpers import QUICK, configure, metrics
-from train.checkpoint import checkpoint_dir, latest_checkpoint, load_checkpoint, load_policy
+from train.checkpoint import checkpoint_dir, latest_checkpoint, load_policy, open_checkpoint
 from train.fed.fedavg import ClientUpdate, flatten, train_client, weighted_average
 from train.fed.federated_config import FederatedConfig
 from train.fed.rounds import RoundResult, sample_clients
@@ -88,7 +89,7 @@ def test_site_heads_are_the_sample_weighted_mean_of_the_site_and_robots_keep_the
                   for robot, samples in ((0, 1), (1, 5), (2, 3))])
     office = server.heads["office"][server.head_keys[0]]
     assert torch.equal(office, torch.full_like(office, (0 * 1 + 2 * 3) / 4))
-    personal = server.checkpoint()["personal"]
+    personal = server.checkpoint().personal
     assert all(torch.equal(personal[0][key], personal[2][key]) for key in server.head_keys)
     assert torch.equal(personal[1][server.head_keys[0]], heads[1][server.head_keys[0]])
 
@@ -115,20 +116,20 @@ def test_with_personal_after_the_fleet_shares_one_head_then_each_site_starts_fro
     assert torch.equal(server.heads[site][key], torch.full_like(server.template[key], 1.0))
     others = [robot for robot in server.robots if server.group_of(robot) != site]
     assert all(torch.equal(server.head_of(robot)[key], server.heads[site][key]) for robot in others)  # the fallback
-    assert set(server.checkpoint()["personal"]) == {robot for robot in server.robots if server.group_of(robot) == site}
+    assert set(server.checkpoint().personal) == {robot for robot in server.robots if server.group_of(robot) == site}
 
 
 def test_personal_heads_stay_local_and_equal_what_each_robot_trained(pick_place_fleet, tmp_path):
     config = configure(pick_place_fleet, tmp_path / "run", "--rounds", "2", "--local-epochs", "2",
                        "--personal", "robot", "--compression", "int8")
     run_federated(config)
-    final = load_checkpoint(latest_checkpoint(config.out))
-    robots = sorted(final["personal"])
-    assert robots == [0, 1, 2] and final["step"] == 2
+    final = open_checkpoint(config.out)
+    robots = sorted(final.personal)
+    assert robots == [0, 1, 2] and final.step == 2
 
     states = {robot: load_policy(config.out, robot)[0].state_dict() for robot in robots}
-    head_keys = list(final["personal"][0])
-    assert head_keys == ["net.4.weight", "net.4.bias"]
+    head_keys = sorted(final.personal[0])
+    assert head_keys == ["net.4.bias", "net.4.weight"]
     for key in states[0]:
         same = all(torch.equal(states[0][key], states[robot][key]) for robot in robots)
         assert same == (key not in head_keys), key  # one shared body, a head of its own per robot
@@ -136,12 +137,12 @@ def test_personal_heads_stay_local_and_equal_what_each_robot_trained(pick_place_
     # Round 2 again, here: each robot's head is exactly what its client trained, and the
     # shared weights are exactly round 1's plus the sample-weighted mean of the deltas.
     server = server_for(config)
-    server.restore(load_checkpoint(checkpoint_dir(config.out) / "step_00000001.pt"))
+    server.restore(open_checkpoint(checkpoint_dir(config.out) / "step_00000001", training=True))
     updates = [train_client(server.job(robot, round_index=2), server.weights.numpy()) for robot in robots]
     for update in updates:
-        assert all(torch.equal(final["personal"][update.robot_id][key], update.head[key]) for key in head_keys)
+        assert all(torch.equal(final.personal[update.robot_id][key], update.head[key]) for key in head_keys)
     server.apply(updates)
-    assert torch.equal(flatten(final["model"], server.keys), server.weights)
+    assert torch.equal(flatten(final.weights, server.keys), server.weights)
     records = metrics(config.out)
     assert [r["round"] for r in records] == [1, 2] and all(r["completed"] == [0, 1, 2] for r in records)
     assert all(0 < r["bytes_up"] < r["bytes_down"] / 3 for r in records)  # int8 deltas up, float32 weights down
@@ -153,10 +154,11 @@ def test_head_epochs_fit_each_head_to_the_final_shared_weights_and_leave_those_a
     fitted = configure(pick_place_fleet, tmp_path / "fitted", *arguments, "--head-epochs", "3")
     run_federated(plain)
     run_federated(fitted)
-    before, after = load_checkpoint(latest_checkpoint(plain.out)), load_checkpoint(latest_checkpoint(fitted.out))
-    assert after["step"] == 2 and after["federated"]["heads_fitted"] and not before["federated"]["heads_fitted"]
-    assert all(torch.equal(after["model"][key], before["model"][key])  # the rounds are the same; the fit
-               for key in before["model"] if key not in after["personal"][0])  # leaves the shared weights alone
+    before, after = (open_checkpoint(run.out, training=True) for run in (plain, fitted))
+    assert after.step == 2 and after.training["federated"]["heads_fitted"]
+    assert not before.training["federated"]["heads_fitted"]
+    assert all(torch.equal(after.weights[key], before.weights[key])  # the rounds are the same; the fit
+               for key in before.weights if key not in after.personal[0])  # leaves the shared weights alone
 
     # Each head is exactly what its robot fitted, starting from its round-2 head, on the final weights.
     server = server_for(fitted)
@@ -165,9 +167,9 @@ def test_head_epochs_fit_each_head_to_the_final_shared_weights_and_leave_those_a
         job = replace(server.job(robot, round_index=2), fit_head_only=True, lr_factor=1.0)
         update = train_client(job, server.weights.numpy())
         assert update.steps > 0 and update.payload == {}
-        head = after["personal"][robot]
+        head = after.personal[robot]
         assert all(torch.equal(head[key], update.head[key]) for key in head)
-        assert not all(torch.equal(head[key], before["personal"][robot][key]) for key in head)
+        assert not all(torch.equal(head[key], before.personal[robot][key]) for key in head)
     [*_, fit] = metrics(fitted.out)
     assert fit["head_fit"] and fit["completed"] == [0, 1, 2] and fit["bytes_up"] == 0  # robot heads stay on board
 
@@ -189,13 +191,13 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_does(pick_plac
     run = tmp_path / "run"
     process = federated(*arguments, "--out", run)
     deadline = time.monotonic() + 300
-    while not (checkpoint_dir(run) / "step_00000002.pt").exists():
+    while (latest_checkpoint(run) or Path("none")).name < "step_00000002":
         assert process.poll() is None, process.stderr.read()
         assert time.monotonic() < deadline
         time.sleep(0.02)
     os.killpg(process.pid, signal.SIGKILL)  # the trainer and its dask workers, mid-run
     process.wait()
-    killed_at = load_checkpoint(latest_checkpoint(run))["step"]
+    killed_at = open_checkpoint(run).step
     assert 2 <= killed_at < 6
 
     resumed = federated(*arguments, "--out", run)
@@ -204,17 +206,16 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_does(pick_plac
     records = metrics(run)
     assert [r["round"] for r in records] == list(range(1, 7))  # no round lost, none twice
 
-    mine, theirs = load_checkpoint(latest_checkpoint(run)), load_checkpoint(latest_checkpoint(tmp_path / "reference"))
-    assert mine["step"] == theirs["step"] == 6
-    assert all(torch.equal(mine["model"][key], theirs["model"][key]) for key in theirs["model"])
+    mine, theirs = (open_checkpoint(path, training=True) for path in (run, tmp_path / "reference"))
+    assert mine.step == theirs.step == 6
+    assert all(torch.equal(mine.weights[key], theirs.weights[key]) for key in theirs.weights)
+    ours, reference_state = mine.training["federated"], theirs.training["federated"]
     for name in ("heads", "residuals"):
-        ours, reference_state = mine["federated"][name], theirs["federated"][name]
-        assert ours.keys() == reference_state.keys() and ours
-    assert all(torch.equal(mine["federated"]["residuals"][r], theirs["federated"]["residuals"][r])
-               for r in theirs["federated"]["residuals"])
-    assert all(torch.equal(mine["federated"]["heads"][r][key], value)
-               for r, head in theirs["federated"]["heads"].items() for key, value in head.items())
-    assert mine["federated"]["bytes_up"] == theirs["federated"]["bytes_up"]
+        assert ours[name].keys() == reference_state[name].keys() and ours[name]
+    assert all(torch.equal(ours["residuals"][r], reference_state["residuals"][r]) for r in reference_state["residuals"])
+    assert all(torch.equal(ours["heads"][r][key], value)
+               for r, head in reference_state["heads"].items() for key, value in head.items())
+    assert ours["bytes_up"] == reference_state["bytes_up"]
 
 
 @pytest.mark.parametrize("arguments, message", [

@@ -12,7 +12,7 @@ from distributed import Client
 from dask_cluster import dask_cluster, free_port
 from federated_helpers import (QUICK, configure, metrics, only_robot_0_works, robot_1_raises, robot_2_hangs_in_round_1,
                                slow_and_announced)
-from train.checkpoint import latest_checkpoint, load_checkpoint
+from train.checkpoint import latest_checkpoint, open_checkpoint
 from train.federated import main, run_federated
 
 
@@ -25,7 +25,7 @@ def scheduler_address():
 
 
 def last_round(run) -> int:
-    return load_checkpoint(latest_checkpoint(run))["step"]
+    return open_checkpoint(latest_checkpoint(run)).step
 
 
 def test_a_failing_client_is_left_out_and_the_run_goes_on(pick_place_fleet, scheduler_address, tmp_path):

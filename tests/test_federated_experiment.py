@@ -9,7 +9,7 @@ from dataset import FleetStore
 from experiments import fleet_vs_single, personal_ceiling
 from federated_helpers import configure
 from sim.fleet import SITES
-from train.checkpoint import load_checkpoint, load_policy
+from train.checkpoint import load_policy, open_checkpoint
 from train.federated import run_federated
 
 
@@ -49,19 +49,19 @@ def test_personal_ceiling_gives_each_group_its_fine_tuned_weights_and_writes_its
     assert list(results) == ["as trained", *personal_ceiling.VARIANTS]
     assert all(set(result["per_site"]) == set(SITES) for result in results.values())
 
-    trained = load_checkpoint(run)
+    trained = open_checkpoint(run)
     store = FleetStore.open(fleet)
     policy, _ = load_policy(run)
     for variant, (group, part) in personal_ceiling.VARIANTS.items():
-        copy = load_checkpoint(tmp_path / "out" / variant.replace(" ", "_"))
-        assert all(torch.equal(copy["model"][k], trained["model"][k]) for k in trained["model"])  # shared: untouched
-        personal = copy["personal"]
+        copy = open_checkpoint(tmp_path / "out" / variant.replace(" ", "_"))
+        assert all(torch.equal(copy.weights[k], trained.weights[k]) for k in trained.weights)  # shared: untouched
+        personal = copy.personal
         assert sorted(personal) == store.robots
         keys = set(policy.head_keys()) if part == "head" else {name for name, _ in policy.named_parameters()}
         assert all(set(weights) == keys for weights in personal.values())
         first, second = [robot for robot in store.robots if store.site_of(robot) == store.site_of(store.robots[0])][:2]
         same = all(torch.equal(personal[first][k], personal[second][k]) for k in keys)
         assert same == (group == "site")  # a site's robots share one fine-tuned copy; robots each their own
-        assert not all(torch.equal(personal[first][k], trained["model"][k]) for k in keys)  # it did train
+        assert not all(torch.equal(personal[first][k], trained.weights[k]) for k in keys)  # it did train
     assert json.loads((tmp_path / "personal_ceiling.json").read_text())["results"] == results
     assert "| site policy |" in docs.read_text()

@@ -11,7 +11,7 @@ import torch.nn.functional as F  # noqa: N812
 
 from collect_helpers import REPO, subprocess_env
 from train.augment import images_to_model, random_shift
-from train.checkpoint import load_checkpoint, load_policy
+from train.checkpoint import load_policy, open_checkpoint
 from train.config import TrainConfig
 from train.policies.policy import policy_spec
 from train_helpers import metrics, train
@@ -114,8 +114,8 @@ def test_a_visuomotor_policy_learns_and_evaluates_without_the_privileged_state(c
     losses = [record["loss"] for record in metrics(run) if "loss" in record]
     assert losses[-1] < 0.5 * losses[0], losses
     assert json.loads((run / "config.json").read_text())["config"]["inputs"] == "proprio+cameras"
-    saved = load_checkpoint(run)
-    assert saved["policy_spec"]["inputs"] == "proprio+cameras" and saved["config"]["inputs"] == "proprio+cameras"
+    saved = open_checkpoint(run)
+    assert saved.spec.inputs == "proprio+cameras" and saved.config["inputs"] == "proprio+cameras"
     policy, _ = load_policy(run)
     assert list(policy.spec.features) == ["observation.state", FRONT] and not policy.training
 

@@ -10,34 +10,18 @@ import os
 import shutil
 
 import pytest
-import torch
 
 from collect.cli import main as collect_main
 from dataset.cli import main as dataset_main
 from eval.cli import main as evaluate_main
 from sim.shared import REPO
 from train.bc import main as bc_main
-from train.checkpoint import checkpoint_dir, load_checkpoint
+from train.checkpoint import checkpoint_dir, open_checkpoint
 from train.federated import main as federated_main
 from fault_helpers import assert_one_line, exit_code_of, flip_byte, truncate
 from train_helpers import QUICK, train
 
 TRAINING = ((bc_main, QUICK), (federated_main, []))  # each training command's main, with options for a tiny fleet
-
-
-@pytest.fixture(scope="module")
-def trained(pick_place_fleet, tmp_path_factory):
-    """A bc.py run of 20 steps on the pick-place fleet: checkpoints at steps 10 and 20. Read-only."""
-    run = tmp_path_factory.mktemp("integrity") / "run"
-    completed = train("--data", pick_place_fleet, "--out", run, "--max-steps", "20")
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    return run
-
-
-@pytest.fixture
-def run(trained, tmp_path):
-    """A copy of the trained run, to damage."""
-    return shutil.copytree(trained, tmp_path / "run", symlinks=True)
 
 
 @pytest.fixture
@@ -47,39 +31,41 @@ def fleet(pick_place_fleet, tmp_path):
 
 
 def step_file(run, step: int):
-    return checkpoint_dir(run) / f"step_{step:08d}.pt"
+    """The weights file of the checkpoint of ``step``."""
+    return checkpoint_dir(run) / f"step_{step:08d}" / "model.safetensors"
 
 
 # ----- checkpoints ----------------------------------------------------------------------------------------
 def test_training_skips_a_truncated_newest_checkpoint_with_one_warning_and_resumes_from_the_one_before(
-        pick_place_fleet, run):
-    truncate(step_file(run, 20))
-    completed = train("--data", pick_place_fleet, "--out", run, "--max-steps", "30")
+        pick_place_fleet, run_copy):
+    truncate(step_file(run_copy, 20))
+    completed = train("--data", pick_place_fleet, "--out", run_copy, "--max-steps", "30")
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "resumed from step 10" in completed.stdout
-    assert completed.stderr.startswith("warning: skipped a broken checkpoint: cannot read checkpoint ")
-    assert_one_line(completed.stderr, f"{step_file(run, 20)} (truncated or not a checkpoint)")
-    assert load_checkpoint(run)["step"] == 30
+    assert completed.stderr.startswith("warning: skipped a broken checkpoint: ")
+    assert_one_line(completed.stderr, f"{step_file(run_copy, 20)} is damaged: its sha256 does not match")
+    assert open_checkpoint(run_copy).step == 30
 
 
-def test_with_every_checkpoint_broken_training_stops_with_one_line(pick_place_fleet, run, capsys):
-    truncate(step_file(run, 20))
-    step_file(run, 10).write_bytes(b"not a zip")
-    message = f"error: no intact checkpoint in {checkpoint_dir(run)}: all 2 are broken; the newest: cannot read"
+def test_with_every_checkpoint_broken_training_stops_with_one_line(pick_place_fleet, run_copy, capsys):
+    truncate(step_file(run_copy, 20))
+    step_file(run_copy, 10).write_bytes(b"not a zip")
+    message = (f"error: no intact checkpoint in {checkpoint_dir(run_copy)}: all 2 are broken; "
+               f"the newest: {step_file(run_copy, 20)}")
     for main, options in TRAINING:
-        assert exit_code_of(main, ["--data", pick_place_fleet, "--out", run, *options]) == 2
+        assert exit_code_of(main, ["--data", pick_place_fleet, "--out", run_copy, *options]) == 2
         assert_one_line(capsys.readouterr().err, message, "--no-resume starts afresh")
 
 
-def test_evaluate_on_a_run_directory_falls_back_to_its_newest_intact_checkpoint(run, tmp_path, capsys):
-    truncate(step_file(run, 20))
+def test_evaluate_on_a_run_directory_falls_back_to_its_newest_intact_checkpoint(run_copy, tmp_path, capsys):
+    truncate(step_file(run_copy, 20))
     out = tmp_path / "eval"
-    evaluate_main(["--checkpoint", str(run), "--robots", "1", "--episodes", "1", "--workers", "1", "--out", str(out),
-                   "--quiet"])
+    evaluate_main(["--checkpoint", str(run_copy), "--robots", "1", "--episodes", "1", "--workers", "1",
+                   "--out", str(out), "--quiet"])
     assert json.loads((out / "eval_info.json").read_text())["checkpoint"]["step"] == 10
     warning = capsys.readouterr().err
-    assert warning.startswith("warning: skipped a broken checkpoint: cannot read checkpoint ")
-    assert_one_line(warning, str(step_file(run, 20)))
+    assert warning.startswith("warning: skipped a broken checkpoint: ")
+    assert_one_line(warning, f"{step_file(run_copy, 20)} is damaged")
 
 
 # ----- collections --------------------------------------------------------------------------------------
@@ -94,10 +80,10 @@ def test_a_missing_robot_store_stops_training_unless_allowed(fleet, tmp_path, ca
     allowed = train("--data", fleet, "--out", tmp_path / "allowed", "--max-steps", "10", "--allow-missing-robots")
     assert allowed.returncode == 0, allowed.stderr[-3000:]
     assert_one_line(allowed.stderr, f"warning: {message}; training on the other 2 (--allow-missing-robots)")
-    assert load_checkpoint(tmp_path / "allowed")["step"] == 10
+    assert open_checkpoint(tmp_path / "allowed").step == 10
 
 
-def test_a_corrupt_manifest_is_one_line_naming_it_in_every_command(fleet, trained, tmp_path, capsys):
+def test_a_corrupt_manifest_is_one_line_naming_it_in_every_command(fleet, trained_run, tmp_path, capsys):
     manifest = fleet / "manifest.json"
     manifest.write_text(manifest.read_text()[:-20])  # cut short, as a bad copy leaves it
     message = f"error: {manifest} is corrupt, not JSON"
@@ -112,23 +98,23 @@ def test_a_corrupt_manifest_is_one_line_naming_it_in_every_command(fleet, traine
         assert_one_line(capsys.readouterr().err, message)
 
     # evaluate reads the training collection's manifest (its fleet seed, the seeds trained on)
-    checkpoint = load_checkpoint(trained)
-    checkpoint["data"] = str(fleet)
-    torch.save(checkpoint, tmp_path / "checkpoint.pt")
-    assert exit_code_of(evaluate_main, ["--checkpoint", tmp_path / "checkpoint.pt", "--out", tmp_path / "eval"]) == 2
+    checkpoint = open_checkpoint(trained_run)
+    checkpoint.data = str(fleet)
+    checkpoint.write(tmp_path / "checkpoint")
+    assert exit_code_of(evaluate_main, ["--checkpoint", tmp_path / "checkpoint", "--out", tmp_path / "eval"]) == 2
     assert_one_line(capsys.readouterr().err, message)
 
 
-def test_evaluate_stops_when_the_training_collections_episode_ends_are_damaged(fleet, trained, tmp_path, capsys,
+def test_evaluate_stops_when_the_training_collections_episode_ends_are_damaged(fleet, trained_run, tmp_path, capsys,
                                                                                 monkeypatch):
     flip_byte(fleet / "robot_0001.zarr" / "meta" / "episode_ends" / "c.0")
-    checkpoint = load_checkpoint(trained)
+    checkpoint = open_checkpoint(trained_run)
     # its held-out seeds are checked against this robot's training seeds; a checkpoint records the collection
     # relative to the repository, and evaluate finds it from any directory
-    checkpoint["data"] = os.path.relpath(fleet, REPO)
+    checkpoint.data = os.path.relpath(fleet, REPO)
     monkeypatch.chdir(tmp_path)
-    torch.save(checkpoint, tmp_path / "checkpoint.pt")
-    assert exit_code_of(evaluate_main, ["--checkpoint", tmp_path / "checkpoint.pt", "--out", tmp_path / "eval"]) == 2
+    checkpoint.write(tmp_path / "checkpoint")
+    assert exit_code_of(evaluate_main, ["--checkpoint", tmp_path / "checkpoint", "--out", tmp_path / "eval"]) == 2
     assert_one_line(capsys.readouterr().err, "robot_0001.zarr: meta/episode_ends is damaged",
                     f"dataset verify {fleet} --repair")
 

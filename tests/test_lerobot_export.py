@@ -1,6 +1,7 @@
 """python -m train.export: our act and diffusion as LeRobot pretrained_model directories, acting as ours do
 (in lerobot directly, and evaluated through evaluate's LeRobot path)."""
 
+import shutil
 import subprocess
 import sys
 
@@ -89,8 +90,12 @@ def test_what_cannot_be_exported_is_a_one_line_error(pick_place_fleet, tmp_path,
     assert completed.stderr.strip().count("\n") == 0 and not (tmp_path / "out").exists()
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "file").write_text("x")
+    truncated = shutil.copytree(run, tmp_path / "truncated", symlinks=True)
+    (truncated / "checkpoints" / "last" / "model.safetensors").write_bytes(b"cut short")
     for checkpoint, out, message in ((run, tmp_path / "taken", "is not an empty directory"),
-                                     (tmp_path / "no_run", tmp_path / "out", "")):
+                                     (tmp_path / "no_run", tmp_path / "out", "no checkpoint at"),
+                                     (tmp_path / "taken" / "file", tmp_path / "out", "is not a RoboFleet checkpoint"),
+                                     (truncated, tmp_path / "out", "no intact checkpoint")):
         with pytest.raises(SystemExit) as exited:
             export_main([str(checkpoint), str(out)])
         error = capsys.readouterr().err

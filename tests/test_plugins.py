@@ -13,7 +13,7 @@ from collect_helpers import REPO, subprocess_env
 from sim.demo import DemoConfig, run_demo
 from sim.rollout import run_episode
 from sim.tasks import ENTRY_POINT_GROUP, TaskSpec, available_tasks, resolve_task
-from train.checkpoint import load_checkpoint
+from train.checkpoint import open_checkpoint
 from train_helpers import QUICK
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
@@ -98,7 +98,7 @@ def test_a_plug_in_task_is_remembered_from_collect_to_evaluate(tmp_path):
     completed = run(REPO / "train" / "bc.py", "--data", fleet, "--out", trained, *QUICK, "--max-steps", "5",
                     "--val-fraction", "0")
     assert completed.returncode == 0, completed.stderr[-3000:]
-    assert load_checkpoint(trained)["task"]["reference"] == "mountain_car_task:TASK"
+    assert open_checkpoint(trained).task["reference"] == "mountain_car_task:TASK"
 
     completed = run("-m", "eval.cli", "--checkpoint", trained, "--robots", "2", "--episodes", "1", "--workers", "1",
                     "--out", evaluation, "--quiet")

@@ -6,7 +6,7 @@ import pytest
 from sim.fleet import make_robot
 from sim.tasks import resolve_task
 from train_helpers import metrics, train
-from train.checkpoint import load_checkpoint, load_policy
+from train.checkpoint import load_policy, open_checkpoint
 
 FLEETS = {"camera": ("reach", ("front",)), "pick_place": ("pick_place", ())}  # fixture -> task, cameras
 
@@ -35,7 +35,7 @@ def test_a_policy_trains_and_its_checkpoint_drives_envs(kind, fleet, request, tm
     task, cameras = FLEETS[fleet]
     images = {name for name in policy.spec.features if name.startswith("observation.images.")}
     assert images == {f"observation.images.{camera}" for camera in cameras}  # the store's cameras, when it has them
-    assert policy.head_keys() and set(policy.head_keys()) <= set(checkpoint["model"])
+    assert policy.head_keys() and set(policy.head_keys()) <= set(checkpoint.weights)
 
     envs, observations = observations_of(task, cameras, robots=2)
     policy.reset()
@@ -43,7 +43,7 @@ def test_a_policy_trains_and_its_checkpoint_drives_envs(kind, fleet, request, tm
                         for _ in range(9)])  # 9 > n_action_steps: a second chunk
     policy.reset()
     single = policy.select_action(observations[0])
-    action_dim = checkpoint["features"]["action"]["shape"][0]
+    action_dim = checkpoint.features["action"]["shape"][0]
     assert batched.shape == (9, 2, action_dim) and single.shape == (action_dim,)
     assert np.isfinite(batched).all() and np.isfinite(single).all()
     _, _, _, _, info = envs[0].step(single)  # the action drives the real env
@@ -56,7 +56,7 @@ def test_act_trains_under_two_torchrun_ranks(pick_place_fleet, tmp_path):
                       "--batch-size", "16", "--log-interval", "3", ranks=2)
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert metrics(run)[-1] == {"step": 6, "ranks_in_sync": True, "world_size": 2}
-    assert load_checkpoint(run)["policy_spec"]["kind"] == "act"
+    assert open_checkpoint(run).spec.kind == "act"
 
 
 @pytest.mark.parametrize("fleet, arguments, message", [

@@ -2,17 +2,15 @@
 
 import json
 
-import torch
-
 from benchmarks import policy_latency
-from train.policies.policy import PolicySpec, make_policy
+from train.policies.policy import make_policy
 
 
 def test_policy_latency_times_each_mlp_and_a_checkpoint(tmp_path):
     features = policy_latency.task_features(64)
     small = policy_latency.synthetic_checkpoint("mlp 64x64", features)
-    checkpoint = tmp_path / "small.pt"
-    torch.save({**small, "optimizer": {}}, checkpoint)  # more than the evaluation content, as a run's file
+    small.training = {"optimizer": {}}  # more than the evaluation content, as a run's checkpoint
+    checkpoint = small.write(tmp_path / "small")
     tables, out = tmp_path / "README.md", tmp_path / "latency.json"
     result = policy_latency.main(["--kinds", "mlp", "--checkpoint", str(checkpoint), "--repetitions", "20",
                                   "--tables", str(tables), "--out", str(out)])
@@ -25,11 +23,11 @@ def test_policy_latency_times_each_mlp_and_a_checkpoint(tmp_path):
         assert all(0 < ms["median"] <= ms["p99"] for ms in row["ms"].values())
         assert row["ratios"]["select_action_vs_bare"] > 0 and row["checkpoint_bytes"] > 0
         content = small if case == str(checkpoint) else policy_latency.synthetic_checkpoint(case, features)
-        policy = make_policy(PolicySpec(**content["policy_spec"]), content["stats"])
+        policy = make_policy(content.spec, content.stats)
         assert row["parameters"] == sum(p.numel() for p in policy.parameters())
     sizes = [rows[case]["parameters"] for case in ("mlp 64x64", "mlp 256x256", "mlp 1024x1024x1024")]
     assert sizes[0] < sizes[1] < sizes[2]  # the wide mlp has the most
-    assert rows[str(checkpoint)]["file_bytes"] == checkpoint.stat().st_size
+    assert rows[str(checkpoint)]["file_bytes"] == sum(file.stat().st_size for file in checkpoint.iterdir())
     assert rows["mlp 64x64"]["file_bytes"] is None
     assert rows[str(checkpoint)]["parameters"] == rows["mlp 64x64"]["parameters"]
     assert "| mlp 1024x1024x1024 | cpu, 1 thread |" in tables.read_text()

@@ -10,7 +10,7 @@ import torch
 
 from sim.fleet import make_robot
 from sim.tasks import resolve_task
-from train.checkpoint import latest_checkpoint, load_checkpoint, load_policy
+from train.checkpoint import latest_checkpoint, load_policy, open_checkpoint
 from collect_helpers import REPO, default_sigint, interrupt
 from train_helpers import metrics, train, train_command, train_env
 
@@ -22,28 +22,28 @@ def test_one_process_learns_checkpoints_and_resumes_where_it_stopped(pick_place_
     losses = [r["loss"] for r in metrics(run) if "loss" in r]
     assert losses[-1] < 0.7 * losses[0], losses  # it learns
     assert json.loads((run / "config.json").read_text())["config"]["max_steps"] == 40
-    assert load_checkpoint(latest_checkpoint(run))["step"] == 40
+    assert open_checkpoint(run).step == 40
 
     second = train("--data", pick_place_fleet, "--out", run, "--max-steps", "60")
     assert second.returncode == 0 and "resumed from step 40" in second.stdout
     steps = [r["step"] for r in metrics(run) if "loss" in r]
     assert steps == sorted(steps) and steps[-1] == 60 and steps.count(40) == 1
-    assert sorted(p.name for p in (run / "checkpoints").glob("step_*.pt")) == \
-        ["step_00000040.pt", "step_00000050.pt", "step_00000060.pt"]  # the newest 3 are kept
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == \
+        ["step_00000040", "step_00000050", "step_00000060"]  # the newest 3 are kept
 
     other_head = train("--data", pick_place_fleet, "--out", run, "--max-steps", "70", "--action-modes", "2")
     assert other_head.returncode != 0 and other_head.stderr.strip().count("\n") == 0, other_head.stderr[-3000:]
     assert "action_modes: 1 -> 2" in other_head.stderr and "--no-resume" in other_head.stderr
-    assert load_checkpoint(latest_checkpoint(run))["step"] == 60  # refused before anything was written
+    assert open_checkpoint(run).step == 60  # refused before anything was written
 
     records = metrics(run)
     again = train("--data", pick_place_fleet, "--out", run, "--max-steps", "60")  # already there: nothing to do
     assert again.returncode == 0 and "nothing to do" in again.stdout and metrics(run) == records
 
     afresh = train("--data", pick_place_fleet, "--out", run, "--max-steps", "20", "--no-resume")
-    assert afresh.returncode == 0 and load_checkpoint(latest_checkpoint(run))["step"] == 20
-    assert sorted(p.name for p in (run / "checkpoints").glob("step_*.pt")) == \
-        ["step_00000010.pt", "step_00000020.pt"]  # the abandoned run's later steps are gone
+    assert afresh.returncode == 0 and open_checkpoint(run).step == 20
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == \
+        ["step_00000010", "step_00000020"]  # the abandoned run's later steps are gone
     assert [r["step"] for r in metrics(run)][-1] == 20
 
 
@@ -61,18 +61,18 @@ def test_ctrl_c_keeps_the_last_checkpoint_says_so_in_one_line_and_a_rerun_resume
     assert stderr.strip() == f"interrupted: {kept} is kept; rerun the same command to resume"
     assert not list((run / "checkpoints").glob(".*.tmp"))  # nothing half-written
 
-    step = load_checkpoint(kept)["step"]
+    step = open_checkpoint(kept).step
     rerun = train("--data", pick_place_fleet, "--out", run, "--max-steps", str(step + 10))
     assert rerun.returncode == 0 and f"resumed from step {step}" in rerun.stdout
-    assert load_checkpoint(latest_checkpoint(run))["step"] == step + 10
+    assert open_checkpoint(run).step == step + 10
 
 
 def test_a_checkpoint_is_all_evaluation_needs(pick_place_fleet, tmp_path):
     run = tmp_path / "run"
     assert train("--data", pick_place_fleet, "--out", run, "--max-steps", "10").returncode == 0
     policy, checkpoint = load_policy(run)
-    assert checkpoint["task"]["name"] == "pick_place" and checkpoint["features"]["action"]["shape"] == [5]
-    assert set(checkpoint["stats"]) >= {"observation.state", "action"} and checkpoint["code_version"]
+    assert checkpoint.task["name"] == "pick_place" and checkpoint.features["action"]["shape"] == [5]
+    assert set(checkpoint.stats) >= {"observation.state", "action"} and checkpoint.code_version
     spec = resolve_task("pick_place")
     env = spec.make_env(make_robot(0))
     observation, _ = env.reset(seed=1)
@@ -114,7 +114,7 @@ def test_bad_input_is_one_line_and_nonzero(pick_place_fleet, tmp_path, arguments
 
 
 def final_weights(run) -> dict:
-    return load_checkpoint(latest_checkpoint(run))["model"]
+    return open_checkpoint(run).weights
 
 
 def test_accumulation_and_ranks_match_one_large_batch(pick_place_fleet, tmp_path):
@@ -144,8 +144,8 @@ def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_checkpoint(pick_plac
                       "--checkpoint-interval", "1", "--warmup-steps", "1")
     assert completed.returncode == 3, completed.stderr[-2000:]
     assert "not finite" in completed.stderr and completed.stderr.strip().count("\n") == 0
-    checkpoint = load_checkpoint(latest_checkpoint(run))  # intact: it loads
-    assert 1 <= checkpoint["step"] < 50
+    checkpoint = open_checkpoint(latest_checkpoint(run))  # intact: it loads
+    assert 1 <= checkpoint.step < 50
 
 
 def test_the_learning_rate_scales_with_the_effective_batch():
@@ -186,7 +186,7 @@ def test_adamw_takes_only_trained_weights_and_steps_like_torchs_default_loop():
 def test_ema_weights_are_what_evaluation_loads_and_a_resume_restores_both(pick_place_fleet, tmp_path):
     """10 steps, then a resumed 11th, with an EMA of decay 0.9 and a checkpoint every step.
 
-    "model" holds the average and load_policy returns it. After the resume, the step-11
+    The weights hold the average and load_policy returns it. After the resume, the step-11
     average is one EMA update of the restored step-10 average with the step-11 weights
     (a fresh average would equal those weights). The trained weights resumed are the trained
     ones, not the average: one step moves them far less than the ~10 steps the average lags.
@@ -196,21 +196,21 @@ def test_ema_weights_are_what_evaluation_loads_and_a_resume_restores_both(pick_p
     assert train(*common, "--max-steps", "10").returncode == 0
     resumed = train(*common, "--max-steps", "11")
     assert resumed.returncode == 0 and "resumed from step 10" in resumed.stdout
-    before, after = (load_checkpoint(run / "checkpoints" / f"step_{step:08d}.pt") for step in (10, 11))
-    assert after["ema"]["updates"] == 11 and after["ema"]["decay"] == 0.9
-    for key, average in after["model"].items():
-        expected = 0.9 * before["model"][key] + 0.1 * after["ema"]["trained_model"][key]
+    before, after = (open_checkpoint(run / "checkpoints" / f"step_{step:08d}", training=True) for step in (10, 11))
+    assert after.training["ema"]["updates"] == 11 and after.training["ema"]["decay"] == 0.9
+    for key, average in after.weights.items():
+        expected = 0.9 * before.weights[key] + 0.1 * after.training["ema"]["trained_model"][key]
         torch.testing.assert_close(average, expected, msg=key)
 
     def distance(a: dict, b: dict) -> float:
         return sum((a[key] - b[key]).norm().item() for key in a)
 
-    trained_before, trained_after = before["ema"]["trained_model"], after["ema"]["trained_model"]
-    assert distance(trained_after, trained_before) < 0.5 * distance(trained_after, before["model"])
+    trained_before, trained_after = before.training["ema"]["trained_model"], after.training["ema"]["trained_model"]
+    assert distance(trained_after, trained_before) < 0.5 * distance(trained_after, before.weights)
     policy, _ = load_policy(run)
     for key, value in policy.state_dict().items():
-        assert torch.equal(value, after["model"][key]), key
-    assert not all(torch.equal(after["model"][k], trained_after[k]) for k in trained_after)
+        assert torch.equal(value, after.weights[key]), key
+    assert not all(torch.equal(after.weights[k], trained_after[k]) for k in trained_after)
 
 
 @pytest.mark.parametrize("command", ["train.bc", "train.federated"])

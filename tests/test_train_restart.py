@@ -55,7 +55,7 @@ def test_a_killed_rank_restarts_from_the_last_checkpoint_and_finishes_in_sync(pi
     resumed = [line for line in stdout.splitlines() if "resumed from step" in line]
     assert len(resumed) == 1, stdout[-3000:]
     resumed_step = int(resumed[0].rsplit("resumed from step ", 1)[1])
-    assert resumed_step >= int(checkpoint_at_kill.removeprefix("step_").removesuffix(".pt")) >= 20
+    assert resumed_step >= int(checkpoint_at_kill.removeprefix("step_")) >= 20
     records = metrics(run)
     steps = [record["step"] for record in records if "loss" in record]
     assert steps == list(range(10, 401, 10))

@@ -23,10 +23,16 @@ import gc
 import math
 import os
 import sys
+from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 
-import torch
+from train.restarts import end_if_failed_before, remember_failure
+
+if __name__ == "__main__":  # a torchrun restart of inputs that failed before ends here, before torch loads (seconds)
+    end_if_failed_before(sys.argv[1:])
+
+import torch  # noqa: E402
 import torch.distributed as dist
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
@@ -35,18 +41,15 @@ from dataset.episodes import select_episodes, split_episodes
 from dataset.loader import make_dataloader
 from dataset.stats import fleet_stats
 from dataset.windows import FleetWindowDataset, WindowSpec
-from sim.shared import code_version, fail, parse_config, repo_relative, write_json_atomic
-from train.checkpoint import (EVALUATION_KEYS, latest_checkpoint, newest_intact_checkpoint, restore_rng_state,
-                              rng_state, save_checkpoint)
+from sim.shared import Failure, code_version, fail, parse_config, repo_relative, warn, write_json_atomic
+from train.checkpoint import Checkpoint, latest_checkpoint, newest_intact_checkpoint, restore_rng_state, rng_state
 from train.comm.comm_hooks import UnlabelledDistributedDataParallel, register_comm_hook
 from train.config import TrainConfig
+from train.identity import check_resume, data_identity
 from train.data import open_training_store
 from train.monitor import Monitor, StepTimer, sync_efficiency
 from train.policies.policy import PolicySpec, changed_spec_fields, make_policy, policy_spec
 from train.schedule import adamw, learning_rate_factor, scaled_learning_rate
-
-RESUME_KEYS = (*EVALUATION_KEYS, "optimizer", "scheduler", "rng", "epoch")  # what a resume reads
-
 
 def mean_over_ranks(values: dict[str, float], device: torch.device) -> dict[str, float]:
     """Each value averaged over the ranks, in one all-reduce (as it is in one process)."""
@@ -80,6 +83,31 @@ def join_process_group(timeout: timedelta | None = None) -> torch.device:
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timeout)
     return device
+
+
+def resume_from(config: TrainConfig, run: Path, spec: PolicySpec, identity: dict, quiet: bool) -> Checkpoint | None:
+    """The checkpoint (with its resume state) that the run in ``run`` carries on from; None to start afresh.
+
+    Every rank walks the same files to the same checkpoint; unless ``quiet`` (rank 0), it warns
+    of those it skips and says what the resume changes. What the checkpoint cannot carry on
+    (other policy options, data or optimisation options: train/identity.py) is a one-line error.
+    """
+    try:
+        checkpoint = newest_intact_checkpoint(run, training=True, quiet=quiet) if config.resume else None
+    except ValueError as error:
+        fail(f"{error}; --no-resume starts afresh")
+    if checkpoint is None:
+        return None
+    try:  # the data first: another task's store also changes the policy's spec
+        notes = check_resume(checkpoint.config, checkpoint.identity, config, identity, config.allow_new_data)
+    except ValueError as error:
+        fail(f"cannot resume {run}: {error}")
+    if changed := changed_spec_fields(checkpoint.spec, spec):
+        fail(f"{run} holds a policy trained with other options ({changed}); rerun with the same options, "
+             "or --no-resume to start afresh")
+    for note in [] if quiet else notes:
+        warn(note)
+    return checkpoint
 
 
 def run_training(config: TrainConfig, labeller=None, until: int | None = None) -> None:
@@ -196,48 +224,43 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
     evaluated = ema.module if ema is not None else policy  # what validation and evaluation run
 
     # ----- resume and checkpoints ------------------------------------------------------------------------
+    identity = data_identity(store, [e for e in episodes if e.store == 0])  # --data's, not a labeller's
+    resumed = resume_from(config, run, spec, identity, quiet=not master)
     step = 0
-    try:  # every rank walks the same files to the same checkpoint; rank 0 warns of those it skips
-        resumed = newest_intact_checkpoint(run, RESUME_KEYS, quiet=not master) if config.resume else None
-    except ValueError as error:
-        fail(f"{error}; --no-resume starts afresh")
     if resumed is not None:
-        _, checkpoint = resumed
-        changed = changed_spec_fields(PolicySpec(**checkpoint["policy_spec"]), spec)
-        if changed:
-            fail(f"{run} holds a policy trained with other options ({changed}); rerun with the same options, "
-                 "or --no-resume to start afresh")
-        # With an EMA, "model" holds the average (evaluation runs it) and "ema" the trained weights.
-        policy.load_state_dict(checkpoint.get("ema", {}).get("trained_model", checkpoint["model"]))
-        if ema is not None and "ema" in checkpoint:  # else the average starts afresh from these weights
-            ema.module.load_state_dict(checkpoint["model"])
-            ema.n_averaged.fill_(checkpoint["ema"]["updates"])
-        if scaler.is_enabled() and "scaler" in checkpoint:
-            scaler.load_state_dict(checkpoint["scaler"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        scheduler.load_state_dict(checkpoint["scheduler"])
-        lr = scheduler.base_lrs[0]  # the checkpoint's, even if --lr or the world size changed
-        restore_rng_state(checkpoint["rng"])
-        step = checkpoint["step"]
-        train_loader.set_epoch(checkpoint["epoch"] + 1)
+        training = resumed.training
+        # With an EMA, the weights hold the average (evaluation runs it) and "ema" the trained weights.
+        policy.load_state_dict(training.get("ema", {}).get("trained_model", resumed.weights))
+        if ema is not None and "ema" in training:  # else the average starts afresh from these weights
+            ema.module.load_state_dict(resumed.weights)
+            ema.n_averaged.fill_(training["ema"]["updates"])
+        if scaler.is_enabled() and "scaler" in training:
+            scaler.load_state_dict(training["scaler"])
+        optimizer.load_state_dict(training["optimizer"])
+        scheduler.load_state_dict(training["scheduler"])
+        lr = scheduler.base_lrs[0]  # the checkpoint's, even if the world size changed
+        restore_rng_state(training["rng"])
+        step, stats = resumed.step, resumed.stats  # its normalisation, also on new data (--allow-new-data)
+        train_loader.set_epoch(resumed.epoch + 1)
 
     def save(at_step: int) -> None:
-        content = {
-            "policy_spec": spec.to_dict(), "model": evaluated.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "step": at_step, "epoch": train_loader.epoch - 1,
-            "rng": rng_state(), "config": vars(config), "stats": stats, "features": store.features,
-            "task": (store.manifest or {}).get("task"), "data": repo_relative(store.path), "code_version": code_version(),
-        }
+        training = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_state()}
         if ema is not None:
-            content["ema"] = {"decay": config.ema_decay, "updates": int(ema.n_averaged),
-                              "trained_model": policy.state_dict()}
+            training["ema"] = {"decay": config.ema_decay, "updates": int(ema.n_averaged),
+                               "trained_model": policy.state_dict()}
         if scaler.is_enabled():
-            content["scaler"] = scaler.state_dict()
-        save_checkpoint(run, content, at_step, keep=config.keep_checkpoints)
+            training["scaler"] = scaler.state_dict()
+        Checkpoint(spec=spec, weights=evaluated.state_dict(), stats=stats, features=store.features, step=at_step,
+                   task=(store.manifest or {}).get("task"), epoch=train_loader.epoch - 1, config=asdict(config),
+                   data=repo_relative(store.path), identity=identity, code_version=code_version(),
+                   training=training).save(run, keep=config.keep_checkpoints)
 
+    previous_steps = resumed.config.get("max_steps", config.max_steps) if resumed else config.max_steps
+    extended = (f" (--max-steps {config.max_steps}, was {previous_steps}: the learning-rate schedule now ends there)"
+                if previous_steps != config.max_steps else "")
     if master:
         run.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(run / "config.json", {"config": vars(config), "policy_spec": spec.to_dict(),
+        write_json_atomic(run / "config.json", {"config": asdict(config), "policy_spec": spec.to_dict(),
                                                  "world_size": world_size, "effective_batch": effective_batch,
                                                  "lr": lr, "sync_batchnorm_layers": sync_batchnorm_layers,
                                                  "code_version": code_version()})
@@ -250,7 +273,7 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
               f"comm hook {config.comm_hook if ddp else 'none (one process)'}, "
               f"ema {config.ema_decay or 'off'}"
               + (f"; {sync_batchnorm_layers} SyncBatchNorm layers" if sync_batchnorm_layers else "")
-              + (f"; resumed from step {step}" if resumed else "") + (f"; {labeller}" if labeller else ""))
+              + (f"; resumed from step {step}" if resumed else "") + extended + (f"; {labeller}" if labeller else ""))
     monitor = Monitor(run, config, start_step=step) if master else None
     timer = StepTimer(policy, device)
 
@@ -346,6 +369,9 @@ def main(argv: list[str] | None = None) -> None:
     config = parse_config(TrainConfig, __doc__, argv)
     try:
         run_training(config)
+    except Failure as failure:  # the same inputs would fail again: a torchrun restart ends at once
+        remember_failure(sys.argv[1:] if argv is None else argv, failure.message)
+        raise
     except KeyboardInterrupt:  # Ctrl-C reaches every rank; rank 0 says where the run stands
         if int(os.environ.get("RANK", "0")) == 0:
             last = latest_checkpoint(Path(config.out))

@@ -1,37 +1,57 @@
-"""Checkpoints: one file holds everything training resumes from and evaluation runs from.
+"""Checkpoints: weights in safetensors, their description in JSON, the resume state apart.
 
-    RUN/checkpoints/step_00001000.pt   policy spec and weights, optimiser, scheduler, step,
-                                       epoch, RNG states, config, statistics, schema, task
-    RUN/checkpoints/last               symlink to the newest one
+    RUN/checkpoints/step_00001000/
+        model.safetensors    the weights evaluation runs (the EMA average where there is one), and
+                             each robot's personal weights (federated) as ``personal.<robot>.<name>``
+        checkpoint.json      policy spec, statistics, features, task, step, config, what the run
+                             was trained on (train/identity.py), code version, and the sha256 of
+                             the other two files
+        training_state.pt    what only a resume reads: optimiser, scheduler, RNG states, epoch,
+                             the EMA's trained weights, the gradient scaler, the federated server
+    RUN/checkpoints/last     symlink to the newest one
 
-Files are written to a temporary name and renamed into place (``os.replace``), and
-``last`` moves only after the new file is complete, so a crash at any moment leaves
-the previous checkpoint intact. Only the newest ``keep`` are kept; a run started afresh
-(``--no-resume``) in an old run's directory replaces the old run's checkpoints as it goes.
+**Loading never runs code from the files.** safetensors holds tensors only, JSON holds data
+only, and ``training_state.pt`` is read with ``torch.load(weights_only=True)``, which rebuilds
+tensors and plain containers and refuses anything else. A file whose sha256 differs from the
+one recorded is refused: flipped weights are detected, not run. Checkpoints of the older
+single-file pickle format (``step_*.pt``) are refused with a pointer to the one-time
+conversion (``python -m train.convert_checkpoint RUN``).
 
-A file damaged afterwards (truncated by a full disk or a bad copy, overwritten) is
-skipped on resume and by ``evaluate RUN``: ``newest_intact_checkpoint`` walks back from
-``last`` to the newest one that loads, with a one-line warning for each one skipped.
+A checkpoint is written into a hidden staging directory and renamed into place, and ``last``
+moves only after that, so a crash at any moment leaves the previous checkpoint intact. Only
+the newest ``keep`` are kept; a run started afresh (``--no-resume``) in an old run's
+directory replaces the old run's checkpoints as it goes. A checkpoint damaged afterwards
+(truncated, overwritten) is skipped: ``open_checkpoint RUN`` walks back from ``last`` to the
+newest one that loads, with a one-line warning for each one skipped.
 """
 
 from __future__ import annotations
 
 import dataclasses
-
+import hashlib
+import io
+import json
 import os
 import random
+import shutil
 import tempfile
-from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save as save_safetensors
 
 from sim.shared import one_line, warn
 from train.policies.policy import Policy, PolicySpec, make_policy
 
 LAST = "last"
-EVALUATION_KEYS = ("policy_spec", "model", "stats", "features", "task", "step")  # what a checkpoint always holds
+WEIGHTS, DESCRIPTION, TRAINING_STATE = "model.safetensors", "checkpoint.json", "training_state.pt"
+FORMAT = "robofleet-checkpoint-2"
+PERSONAL = "personal."
+REQUIRED = {"format": str, "policy_spec": dict, "stats": dict, "features": dict, "step": int, "files": dict}
+State = dict[str, torch.Tensor]
 
 
 def checkpoint_dir(run: Path) -> Path:
@@ -39,39 +59,188 @@ def checkpoint_dir(run: Path) -> Path:
 
 
 def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Every RNG's state, as plain tensors, lists and numbers (what ``weights_only`` loading accepts)."""
+    name, keys, position, has_gauss, cached = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "numpy": [name, keys.tolist(), position, has_gauss, cached],
+            "python": random.getstate()}
 
 
 def restore_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
+    name, keys, position, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached))
     random.setstate(state["python"])
 
 
-def save_checkpoint(run: Path, content: dict, step: int, keep: int = 3) -> Path:
-    """Write ``content`` as the checkpoint of ``step`` atomically, point ``last`` at it, prune old ones."""
-    directory = checkpoint_dir(run)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"step_{step:08d}.pt"
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".step.", suffix=".tmp")
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _old_format(path: Path) -> ValueError:
+    return ValueError(f"{path} is a checkpoint in the old pickle format, which can run code when it is loaded; "
+                      f"if you trust it, convert it once with `python -m train.convert_checkpoint {path}`")
+
+
+@dataclass
+class Checkpoint:
+    """One checkpoint: the policy (spec, weights, statistics) and what it was trained on, plus the
+    resume state (``training``, read only when asked for). ``format`` is ``robofleet`` for ours and
+    ``lerobot`` for the description of a LeRobot ``pretrained_model`` (eval/lerobot_policy.py)."""
+
+    spec: PolicySpec
+    weights: State
+    stats: dict[str, dict[str, np.ndarray]]
+    features: dict
+    step: int | None
+    task: dict | None = None
+    epoch: int = 0
+    config: dict = field(default_factory=dict)
+    data: str | None = None  # the training collection, relative to the repository
+    identity: dict | None = None  # what the run was trained on (train/identity.py)
+    code_version: str | None = None
+    personal: dict[int, State] = field(default_factory=dict)  # robot id -> the weights it keeps to itself
+    training: dict | None = None
+    format: str = "robofleet"
+    path: Path | None = None  # where it was read from
+
+    @property
+    def fleet_seed(self) -> int | None:
+        """The fleet seed of the training collection, where the checkpoint records it."""
+        return (self.identity or {}).get("seed")
+
+    def policy(self, robot_id: int | None = None, n_action_steps: int | None = None) -> Policy:
+        """The policy in eval mode: with ``robot_id``'s personal weights where it has some, and
+        ``n_action_steps`` (actions of each predicted chunk run before the next prediction) if given."""
+        spec = self.spec if n_action_steps is None else dataclasses.replace(self.spec, n_action_steps=n_action_steps)
+        policy = make_policy(spec, self.stats)
+        try:
+            policy.load_state_dict({**self.weights, **self.personal.get(robot_id, {})})
+        except RuntimeError as error:  # missing, unexpected or misshapen weights
+            raise ValueError(f"the weights of {self.path or 'the checkpoint'} do not fit its "
+                             f"{spec.kind} policy: {one_line(error)}") from None
+        return policy.eval()
+
+    def description(self) -> dict:
+        """checkpoint.json's content, less the files' checksums."""
+        return {"format": FORMAT, "policy_spec": self.spec.to_dict(), "step": self.step, "epoch": self.epoch,
+                "stats": {name: {k: np.asarray(v).tolist() for k, v in values.items()}
+                          for name, values in self.stats.items()},
+                "features": self.features, "task": self.task, "config": self.config, "data": self.data,
+                "identity": self.identity, "code_version": self.code_version,
+                "personal_robots": sorted(self.personal)}
+
+    def write(self, directory: Path) -> Path:
+        """Write the checkpoint as ``directory`` (new, or replaced whole), atomically; returns it."""
+        directory = Path(directory)
+        staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.", suffix=".tmp"))
+        try:
+            tensors = {**self.weights, **{f"{PERSONAL}{robot}.{name}": value for robot, state in self.personal.items()
+                                          for name, value in state.items()}}
+            # clone: safetensors refuses tensors that share memory (views, tied weights)
+            files = {WEIGHTS: save_safetensors({k: v.detach().cpu().clone().contiguous() for k, v in tensors.items()})}
+            if self.training is not None:
+                buffer = io.BytesIO()
+                torch.save(self.training, buffer)
+                files[TRAINING_STATE] = buffer.getvalue()
+            for name, data in files.items():
+                (staging / name).write_bytes(data)
+            description = {**self.description(), "files": {name: _sha256(data) for name, data in files.items()}}
+            (staging / DESCRIPTION).write_text(json.dumps(description, indent=1) + "\n")
+            os.chmod(staging, 0o755)  # mkdtemp makes it private
+            if directory.exists():  # a step this run writes again (--no-resume): swap the old one out
+                old = directory.with_name(f".{directory.name}.old")
+                shutil.rmtree(old, ignore_errors=True)
+                directory.rename(old)
+                staging.rename(directory)
+                shutil.rmtree(old)
+            else:
+                staging.rename(directory)
+        except BaseException:  # a full disk, Ctrl-C: no half-written checkpoint left behind
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return directory
+
+    @classmethod
+    def read(cls, directory: Path, training: bool = False) -> Checkpoint:
+        """The checkpoint in ``directory``, with its resume state if ``training``; a one-line ``ValueError``
+        when it is missing, of the old pickle format, incomplete, damaged or not a checkpoint."""
+        directory = Path(directory)
+        if directory.is_file() and directory.suffix == ".pt":
+            raise _old_format(directory)
+        if not (directory / DESCRIPTION).is_file():
+            raise ValueError(f"no checkpoint at {directory}" if not directory.exists()
+                             else f"{directory} is not a RoboFleet checkpoint (a directory holding {DESCRIPTION})")
+        try:
+            description = json.loads((directory / DESCRIPTION).read_text())
+        except ValueError as error:
+            raise ValueError(f"{directory / DESCRIPTION} is damaged, not JSON ({error})") from None
+        wrong = [key for key, kind in REQUIRED.items()
+                 if not isinstance(description, dict) or not isinstance(description.get(key), kind)]
+        if wrong or description["format"] != FORMAT:
+            raise ValueError(f"{directory} is not a RoboFleet checkpoint: "
+                             + (f"{DESCRIPTION} lacks {', '.join(wrong)}" if wrong
+                                else f"its format is {description['format']!r}, not {FORMAT!r}"))
+        tensors = _read_file(directory, WEIGHTS, description, load_safetensors)
+        state = _read_file(directory, TRAINING_STATE, description, _load_weights_only) if training else None
+        personal: dict[int, State] = {}
+        for key in [key for key in tensors if key.startswith(PERSONAL)]:
+            robot, name = key[len(PERSONAL):].split(".", 1)
+            personal.setdefault(int(robot), {})[name] = tensors.pop(key)
+        try:
+            spec = PolicySpec.from_dict(description["policy_spec"])
+        except TypeError as error:
+            raise ValueError(f"{directory / DESCRIPTION} holds no policy spec RoboFleet knows: {error}") from None
+        return cls(spec=spec, weights=tensors, personal=personal,
+                   stats={name: {k: np.asarray(v, dtype=np.float32) for k, v in values.items()}
+                          for name, values in description["stats"].items()},
+                   features=description["features"], step=description["step"], task=description.get("task"),
+                   epoch=description.get("epoch", 0), config=description.get("config") or {},
+                   data=description.get("data"), identity=description.get("identity"),
+                   code_version=description.get("code_version"), training=state, path=directory.resolve())
+
+    def save(self, run: Path, keep: int = 3) -> Path:
+        """Write this as the checkpoint of its step in ``run``, point ``last`` at it, prune old ones."""
+        directory = checkpoint_dir(run)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = self.write(directory / f"step_{self.step:08d}")
+        link = directory / f".{LAST}.tmp"
+        link.unlink(missing_ok=True)
+        link.symlink_to(path.name)
+        os.replace(link, directory / LAST)
+        steps = _step_directories(run)
+        for other in steps:
+            if other.name > path.name:  # a later step: from a history this run abandoned (--no-resume)
+                shutil.rmtree(other)
+        for old in [other for other in steps if other.name <= path.name][:-keep]:
+            shutil.rmtree(old)
+        return path
+
+
+def _load_weights_only(data: bytes) -> dict:
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+def _read_file(directory: Path, name: str, description: dict, decode):
+    """One of the checkpoint's files, checked against its recorded sha256 and decoded; a one-line ValueError."""
+    path = directory / name
+    expected = description["files"].get(name)
+    if expected is None:
+        raise ValueError(f"{directory} has no {name}: it was not written for a resume" if name == TRAINING_STATE
+                         else f"{directory / DESCRIPTION} records no checksum for {name}")
     try:
-        with os.fdopen(handle, "wb") as file:
-            torch.save(content, file)
-        os.chmod(temporary, 0o644)  # mkstemp makes it private
-        os.replace(temporary, path)
-    except BaseException:  # a full disk, Ctrl-C: no half-written file left behind
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    link = directory / f".{LAST}.tmp"
-    link.unlink(missing_ok=True)
-    link.symlink_to(path.name)
-    os.replace(link, directory / LAST)
-    for other in directory.glob("step_*.pt"):
-        if other.name > path.name:  # a later step: from a history this run abandoned (--no-resume)
-            other.unlink()
-    for old in sorted(directory.glob("step_*.pt"))[:-keep]:
-        old.unlink()
-    return path
+        data = path.read_bytes()
+    except OSError as error:
+        raise ValueError(f"cannot read {path}: {error.strerror}") from None
+    if _sha256(data) != expected:
+        raise ValueError(f"{path} is damaged: its sha256 does not match the one {DESCRIPTION} records")
+    try:
+        return decode(data)
+    except Exception as error:  # safetensors and torch raise many kinds on foreign content
+        raise ValueError(f"cannot read {path}: {one_line(error)}") from None
+
+
+def _step_directories(run: Path) -> list[Path]:
+    return sorted(path for path in checkpoint_dir(run).glob("step_*") if path.is_dir())
 
 
 def latest_checkpoint(run: Path) -> Path | None:
@@ -80,79 +249,56 @@ def latest_checkpoint(run: Path) -> Path | None:
     return last.resolve() if last.exists() else None
 
 
-def read_checkpoint(path: Path, keys: Sequence[str] = EVALUATION_KEYS) -> dict:
-    """The content of the checkpoint file ``path``; a one-line ``ValueError`` when it is missing, does
-    not load (truncated, not a torch file) or lacks any of ``keys``."""
-    if not path.is_file():
-        raise ValueError(f"no checkpoint at {path}")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as error:  # torch.load raises many kinds on a truncated or foreign file
-        raise ValueError(f"cannot read checkpoint {path} (truncated or not a checkpoint): {one_line(error)}") from None
-    missing = [key for key in keys if key not in checkpoint] if isinstance(checkpoint, dict) else ["all"]
-    if missing:
-        raise ValueError(f"{path} is not a RoboFleet checkpoint: it lacks {', '.join(missing)}")
-    return checkpoint
+def newest_intact_checkpoint(run: Path, training: bool = False, quiet: bool = False) -> Checkpoint | None:
+    """The newest checkpoint of ``run`` that ``Checkpoint.read`` accepts; None without any.
 
-
-def newest_intact_checkpoint(run: Path, keys: Sequence[str] = EVALUATION_KEYS,
-                             quiet: bool = False) -> tuple[Path, dict] | None:
-    """The newest checkpoint of ``run`` that ``read_checkpoint`` accepts, and its content; None without any.
-
-    The walk starts at the one ``last`` points at and goes back through the older
-    ``step_*.pt`` (all of them, newest first, where ``last`` is gone), and warns in one
-    line of each one skipped (unless ``quiet``). Where every checkpoint is broken, a
-    ``ValueError`` says so in one line. The walk depends only on the files, which no rank
-    changes before every rank has loaded, so all ranks of a job pick the same one.
+    The walk starts at the one ``last`` points at and goes back through the older ones (all
+    of them, newest first, where ``last`` is gone), and warns in one line of each one
+    skipped (unless ``quiet``). Where every checkpoint is broken, a ``ValueError`` says so in
+    one line; a run holding only old-format checkpoints is refused with the conversion
+    command. The walk depends only on the files, which no rank changes before every rank has
+    loaded, so all ranks of a job pick the same one.
     """
-    files = sorted(checkpoint_dir(run).glob("step_*.pt"), reverse=True)
+    candidates = sorted(_step_directories(run), reverse=True)
+    if not candidates and any(checkpoint_dir(run).glob("step_*.pt")):
+        raise _old_format(Path(run))
     last = latest_checkpoint(run)
-    if last is not None:  # a later file: written but not yet pointed at, or abandoned and not yet pruned
-        files = [path for path in files if path.name <= last.name]
+    if last is not None:  # a later one: written but not yet pointed at, or abandoned and not yet pruned
+        candidates = [path for path in candidates if path.name <= last.name]
     skipped = []
-    for path in files:
+    for path in candidates:
         try:
-            checkpoint = read_checkpoint(path, keys)
+            checkpoint = Checkpoint.read(path, training)
         except ValueError as error:
             skipped.append(str(error))
             continue
         if not quiet:
             for reason in skipped:
                 warn(f"skipped a broken checkpoint: {reason}")
-        return path, checkpoint
+        return checkpoint
     if skipped:
         raise ValueError(f"no intact checkpoint in {checkpoint_dir(run)}: all {len(skipped)} are broken; "
                          f"the newest: {skipped[0]}")
     return None
 
 
-def load_checkpoint(path: Path) -> dict:
-    """A checkpoint's content; ``path`` may be a run directory, its ``checkpoints/last`` or a file."""
+def open_checkpoint(path: Path | str, training: bool = False, quiet: bool = False) -> Checkpoint:
+    """The checkpoint at ``path``: a run directory or its checkpoints/ (the newest intact one, see
+    ``newest_intact_checkpoint``), ``last``, or one checkpoint directory. A one-line ``ValueError``
+    where there is none or it cannot be read."""
     path = Path(path)
-    if path.is_dir():  # a run directory or its checkpoints/ directory
-        candidates = [checkpoint_dir(path) / LAST, path / LAST]
-        path = next((c.resolve() for c in candidates if c.exists()), path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    return torch.load(path, map_location="cpu", weights_only=False)
+    if path.is_dir() and not (path / DESCRIPTION).exists():
+        run = path.parent if path.name == "checkpoints" else path
+        found = newest_intact_checkpoint(run, training, quiet)
+        if found is None:
+            raise ValueError(f"no checkpoint at {path}")
+        return found
+    return Checkpoint.read(path.resolve() if path.is_symlink() else path, training)
 
 
-def load_policy(path: Path, robot_id: int | None = None,
-                n_action_steps: int | None = None) -> tuple[Policy, dict]:
-    """The trained policy (in eval mode) and the checkpoint it came from.
-
-    A federated checkpoint may carry personal weights (``checkpoint["personal"]``: robot id ->
-    the state-dict entries that stay local, such as a head); with ``robot_id`` those replace the
-    shared ones. A robot without personal weights gets the shared policy. ``n_action_steps``
-    replaces the spec's: how many actions of each predicted chunk run before the next prediction.
-    """
-    checkpoint = load_checkpoint(path)
-    spec = PolicySpec(**checkpoint["policy_spec"])
-    if n_action_steps is not None:
-        spec = dataclasses.replace(spec, n_action_steps=n_action_steps)
-    policy = make_policy(spec, checkpoint["stats"])
-    state = dict(checkpoint["model"])
-    if robot_id is not None:
-        state.update(checkpoint.get("personal", {}).get(int(robot_id), {}))
-    policy.load_state_dict(state)
-    return policy.eval(), checkpoint
+def load_policy(path: Path | str, robot_id: int | None = None,
+                n_action_steps: int | None = None) -> tuple[Policy, Checkpoint]:
+    """The trained policy at ``path`` (see ``open_checkpoint``) in eval mode, and its checkpoint;
+    ``robot_id`` and ``n_action_steps`` as for ``Checkpoint.policy``."""
+    checkpoint = open_checkpoint(path)
+    return checkpoint.policy(robot_id, n_action_steps), checkpoint

@@ -98,6 +98,9 @@ class TrainConfig(PolicyOptions, DataOptions):
     checkpoint_interval: int = field(default=500, metadata={"help": "steps between checkpoints"})
     keep_checkpoints: int = field(default=3, metadata={"help": "newest checkpoints kept"})
     resume: bool = field(default=True, metadata={"help": "carry on from OUT's latest checkpoint"})
+    allow_new_data: bool = field(default=False, metadata={
+        "help": "resume on other data of the same task (another collection or selection of it), with the "
+                "checkpoint's normalisation (default: refuse)"})
     seed: int = field(default=0, metadata={"help": "seeds the weights, the sampler and the split"})
     # optimisation (train/bc.py)
     lr_scaling: str = field(default="none", metadata={

@@ -11,7 +11,6 @@ so they never repeat a demonstration's or an evaluation's.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from collect.engine import run_collection
 from collect.worker import Actor
 from dataset import FleetStore
 from sim.fleet import RobotProfile
-from train.checkpoint import latest_checkpoint, load_policy
+from train.checkpoint import latest_checkpoint, load_policy, open_checkpoint
 from train.policies.policy import Policy
 
 
@@ -62,15 +61,14 @@ def round_directory(run: Path, round: int) -> Path:
 
 def collect_round(run: Path, round: int, teacher: str, store: FleetStore, episodes: int, workers: int,
                   quiet: bool = False) -> Path:
-    """Roll the student of ``run`` (its latest checkpoint, kept as the round's ``student.pt``) out for
+    """Roll the student of ``run`` (its latest checkpoint, kept as the round's ``round_N_student``) out for
     ``episodes`` per robot of ``store`` and write the teacher-labelled episodes to the round's store.
     Resumable: a rerun keeps the round's student and collects only the missing episodes."""
     out = round_directory(run, round)
-    student = out.parent / f"round_{round}_student.pt"
-    if not student.exists():
+    student = out.parent / f"round_{round}_student"
+    if not student.exists():  # the student that drives this round, whatever trains later
         out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(latest_checkpoint(run), student.with_suffix(".tmp"))
-        student.with_suffix(".tmp").replace(student)  # the student that drives this round, whatever trains later
+        open_checkpoint(latest_checkpoint(run)).write(student)
     data = store.manifest["data_config"]
     config = CollectConfig(robots=max(store.robots) + 1, episodes=episodes, task=store.manifest["task"]["reference"],
                            out=str(out), seed=data["seed"], cameras=tuple(data["cameras"]),

@@ -35,7 +35,7 @@ import torch.distributed as dist
 from dataset import FleetStore
 from dataset.stats import fleet_stats
 from dataset.windows import WindowSpec
-from sim.shared import fail, parse_config, warn
+from sim.shared import fail, one_line, parse_config, warn
 from train.bc import join_process_group, run_training
 from train.checkpoint import load_policy
 from train.config import TrainConfig
@@ -116,11 +116,11 @@ def load_teacher(config: DistillConfig, store: FleetStore) -> Policy:
     """The teacher, checked against the store and the student; a one-line error names what does not fit."""
     try:
         teacher, checkpoint = load_policy(Path(config.teacher))
-    except FileNotFoundError:
-        fail(f"--teacher {config.teacher}: no checkpoint there (give a run directory or checkpoint of train/bc.py)")
-    except (KeyError, TypeError, RuntimeError) as error:
-        fail(f"--teacher {config.teacher} is not a policy checkpoint that evaluate loads ({error})")
-    task, store_task = (checkpoint.get("task") or {}).get("name"), (store.manifest or {}).get("task", {}).get("name")
+    except ValueError as error:  # no checkpoint there, an old or damaged one
+        fail(f"--teacher {config.teacher}: {error}")
+    except (KeyError, TypeError, RuntimeError) as error:  # weights that do not fit their spec
+        fail(f"--teacher {config.teacher} is not a policy checkpoint that evaluate loads ({one_line(error)})")
+    task, store_task = (checkpoint.task or {}).get("name"), (store.manifest or {}).get("task", {}).get("name")
     if task != store_task:
         fail(f"--teacher {config.teacher} was trained on {task}, but {store.path} holds {store_task}: "
              f"distil on a store of {task}")

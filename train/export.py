@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         out = export_lerobot_policy(args.checkpoint, args.out)
-    except (OSError, ValueError) as error:  # no checkpoint there, an unreadable one, a kind that does not export
+    except (OSError, ValueError) as error:  # no intact checkpoint there, a kind that does not export
         fail(str(error))
     print(f"wrote {out}: load it with lerobot's from_pretrained and make_pre_post_processors", file=sys.stdout)
 

@@ -49,13 +49,14 @@ from dataset.chunks import DataError
 from dataset.episodes import select_episodes
 from dataset.stats import fleet_stats
 from sim.shared import code_version, fail, parse_config, progress_bar, repo_relative, write_json_atomic
-from train.checkpoint import latest_checkpoint, newest_intact_checkpoint, rng_state, save_checkpoint
+from train.checkpoint import Checkpoint, latest_checkpoint, newest_intact_checkpoint, rng_state
 from train.comm.compression import decode_update, payload_bytes
 from train.data import open_training_store
 from train.fed.fedavg import (ClientJob, ClientUpdate, State, average_states, flatten, shared_keys, train_client,
                               unflatten, weighted_average)
 from train.fed.federated_config import FederatedConfig
 from train.fed.rounds import RoundResult, run_clients, sample_clients
+from train.identity import data_changes, data_identity
 from train.monitor import keep_records
 from train.policies.policy import PolicySpec, make_policy, policy_spec
 from train.schedule import learning_rate_factor
@@ -78,8 +79,10 @@ class Server:
     hands it out in the job and saves it in the checkpoint.
     """
 
-    def __init__(self, config: FederatedConfig, store: FleetStore, spec: PolicySpec, stats: dict, robots: list[int]):
+    def __init__(self, config: FederatedConfig, store: FleetStore, spec: PolicySpec, stats: dict, robots: list[int],
+                 identity: dict | None = None):
         self.config, self.store, self.spec, self.stats, self.robots = config, store, spec, stats, robots
+        self.identity = identity  # what the fleet trains on (train/identity.py), checked on resume
         torch.manual_seed(config.seed)
         policy = make_policy(spec, stats)
         self.template = {key: value.clone() for key, value in policy.state_dict().items()}
@@ -186,32 +189,33 @@ class Server:
             state.update(self.fallback_head())
         return state
 
-    def checkpoint(self) -> dict:
-        """train/bc.py's checkpoint content, plus ``personal`` (robot id -> head) and the server's own state."""
-        content = {
-            "policy_spec": self.spec.to_dict(), "model": self.model_state(), "step": self.round, "epoch": self.round,
-            "rng": rng_state(), "config": asdict(self.config), "stats": self.stats, "features": self.store.features,
-            "task": (self.store.manifest or {}).get("task"), "data": repo_relative(self.store.path),
-            "code_version": code_version(),
-            "federated": {"round": self.round, "personal": self.config.personal, "shared_keys": self.keys,
-                          "heads": self.heads, "residuals": self.residuals, "velocity": self.velocity,
-                          "bytes_up": self.bytes_up, "bytes_down": self.bytes_down,
-                          "heads_fitted": self.heads_fitted},
-        }
+    def checkpoint(self) -> Checkpoint:
+        """The fleet policy's checkpoint: bc.py's, plus ``personal`` (robot id -> head) and the server's own state."""
+        personal = {}
         if self.head_keys:
-            content["personal"] = {robot: self.heads[self.group_of(robot)] for robot in self.store.robots
-                                   if self.group_of(robot) in self.heads}
-        return content
+            personal = {robot: self.heads[self.group_of(robot)] for robot in self.store.robots
+                        if self.group_of(robot) in self.heads}
+        server = {"round": self.round, "personal": self.config.personal, "shared_keys": self.keys,
+                  "heads": self.heads, "residuals": self.residuals, "velocity": self.velocity,
+                  "bytes_up": self.bytes_up, "bytes_down": self.bytes_down, "heads_fitted": self.heads_fitted}
+        return Checkpoint(spec=self.spec, weights=self.model_state(), stats=self.stats, features=self.store.features,
+                          step=self.round, epoch=self.round, task=(self.store.manifest or {}).get("task"),
+                          config=asdict(self.config), data=repo_relative(self.store.path), identity=self.identity,
+                          code_version=code_version(), personal=personal,
+                          training={"rng": rng_state(), "federated": server})
 
-    def restore(self, checkpoint: dict) -> None:
-        state = checkpoint.get("federated")
-        if state is None or checkpoint["policy_spec"] != self.spec.to_dict() \
+    def restore(self, checkpoint: Checkpoint) -> None:
+        state = checkpoint.training.get("federated")
+        if state is None or checkpoint.spec != self.spec \
                 or state["personal"] != self.config.personal or state["shared_keys"] != self.keys:
             fail(f"{self.config.out} holds a different run (not federated, or another policy or --personal); "
                  "use another --out or --no-resume")
-        self.weights = flatten(checkpoint["model"], self.keys)
+        if None not in (checkpoint.identity, self.identity) and checkpoint.identity != self.identity:
+            changes = "; ".join(data_changes(checkpoint.identity, self.identity)) or "another task or features"
+            fail(f"cannot resume {self.config.out}: it was trained on other data ({changes}); train in another --out")
+        self.weights = flatten(checkpoint.weights, self.keys)
         self.heads, self.residuals = state["heads"], state["residuals"]
-        self.velocity = state.get("velocity", {})  # absent from runs made before --server-momentum existed
+        self.velocity = state.get("velocity", {})
         self.round, self.bytes_up, self.bytes_down = state["round"], state["bytes_up"], state["bytes_down"]
         self.heads_fitted = state.get("heads_fitted", False)
 
@@ -294,16 +298,17 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
     if not robots:
         fail(f"no successful episodes in {config.data} match --robots {config.robots} --sites {config.sites}")
     try:
-        server = Server(config, store, policy_spec(config, store.features), stats, robots)
+        server = Server(config, store, policy_spec(config, store.features), stats, robots,
+                        data_identity(store, episodes))
     except (ValueError, NotImplementedError) as error:
         fail(str(error))
     config.inputs = server.spec.inputs  # auto resolved: the saved config records what the policy sees
     try:
-        resumed = newest_intact_checkpoint(run) if config.resume else None
+        resumed = newest_intact_checkpoint(run, training=True) if config.resume else None
     except ValueError as error:
         fail(f"{error}; --no-resume starts afresh")
     if resumed is not None:
-        server.restore(resumed[1])
+        server.restore(resumed)
 
     run.mkdir(parents=True, exist_ok=True)
     write_json_atomic(run / "config.json", {"config": asdict(config), "policy_spec": server.spec.to_dict(),
@@ -344,12 +349,12 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
         for round_index in range(server.round + 1, config.rounds + 1):
             play_round(client, train, server, round_index, log)
             server.round, server.heads_fitted = round_index, False
-            save_checkpoint(run, server.checkpoint(), round_index, keep=config.keep_checkpoints)
+            server.checkpoint().save(run, keep=config.keep_checkpoints)
             bar.update(1)
         if config.head_epochs and not server.heads_fitted:
             record = fit_heads_round(client, train, server)
             write(record)
-            save_checkpoint(run, server.checkpoint(), server.round, keep=config.keep_checkpoints)  # replaces it
+            server.checkpoint().save(run, keep=config.keep_checkpoints)  # replaces it
             if not config.quiet:
                 bar.write(f"heads fitted to the final weights: {len(record['completed'])}/{len(server.robots)} "
                           f"robots, {record['seconds']:.1f} s")

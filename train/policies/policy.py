@@ -34,7 +34,7 @@ from __future__ import annotations
 import importlib
 import json
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 import torch
@@ -95,6 +95,12 @@ class PolicySpec:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> PolicySpec:
+        """The spec ``to_dict`` gave, also after a JSON round trip (which turns tuples into lists)."""
+        tuples = {f.name for f in fields(cls) if isinstance(f.default, tuple)}
+        return cls(**{name: tuple(value) if name in tuples else value for name, value in values.items()})
 
 
 def changed_spec_fields(old: PolicySpec, new: PolicySpec) -> str:
