@@ -27,6 +27,9 @@ from sim.tasks import TaskSpec
 MANIFEST = "manifest.json"
 REPAIR_DIR = ".repair"  # where repair sets damaged robot stores aside, beside its journal
 REPAIR_JOURNAL = "journal.json"
+# Keys every manifest has, and the types they must have (None: written without a fleet seed, an import)
+REQUIRED = {"task": (dict,), "fps": (int, type(None)), "seed": (int, type(None)), "features": (dict,),
+            "robots": (dict,)}
 
 
 def _read_json(path: Path) -> object:
@@ -41,12 +44,24 @@ def _read_json(path: Path) -> object:
 def read_manifest(directory: Path) -> dict | None:
     """DIRECTORY/manifest.json, parsed; None where there is none.
 
-    The one place a manifest is read: one that is not JSON is a ``ValueError`` naming the file.
+    The one place a manifest is read: one that is not JSON, is not an object, or lacks a key of
+    ``REQUIRED`` (or holds it with another type) is a ``ValueError`` naming the file.
     """
     path = Path(directory) / MANIFEST
     if not path.exists():
         return None
-    return _read_json(path)
+    manifest = _read_json(path)
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{path} is not a RoboFleet manifest: it holds a JSON {type(manifest).__name__}, "
+                         "not an object; restore it, or recollect into a new --out")
+    if missing := [key for key in REQUIRED if key not in manifest]:
+        raise ValueError(f"{path} is not a RoboFleet manifest: it lacks {', '.join(missing)}; restore it, "
+                         "or recollect into a new --out")
+    for key, types in REQUIRED.items():
+        if not isinstance(manifest[key], types) or isinstance(manifest[key], bool):
+            raise ValueError(f"{path} is damaged: its {key} is a JSON {type(manifest[key]).__name__}; restore it, "
+                             "or recollect into a new --out")
+    return manifest
 
 
 def read_repair_journal(directory: Path) -> dict[int, dict]:

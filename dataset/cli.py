@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,7 +209,14 @@ COMMANDS = {"info": (InfoConfig, info), "verify": (VerifyConfig, verify), "stats
 
 def main(argv: list[str] | None = None) -> None:
     name, config = parse_subcommand({name: config for name, (config, _) in COMMANDS.items()}, __doc__, argv)
-    COMMANDS[name][1](config)
+    try:
+        try:
+            COMMANDS[name][1](config)
+        finally:
+            sys.stdout.flush()  # here, not at exit, where a closed pipe would print a traceback
+    except BrokenPipeError:  # the reader closed the pipe (`dataset verify DIR | head -1`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

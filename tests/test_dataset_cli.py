@@ -75,3 +75,11 @@ def test_bad_input_is_one_line_and_exit_two(pick_place_fleet, tmp_path):
         assert completed.returncode == 2 and completed.stderr.startswith("error:"), completed.stderr
         assert message in completed.stderr and completed.stderr.strip().count("\n") == 0
     assert dataset_command("frobnicate").returncode == 2
+
+
+def test_piped_output_closes_quietly(pick_place_fleet):
+    """A reader that closes the pipe early (head, true) ends the command without a traceback."""
+    for pipe in ("verify {} | head -1", "verify {} | true", "info {} | true"):
+        completed = subprocess.run(f"{sys.executable} -m dataset.cli {pipe.format(pick_place_fleet)}", shell=True,
+                                   capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=300)
+        assert "Traceback" not in completed.stderr and "BrokenPipeError" not in completed.stderr, completed.stderr
