@@ -1,8 +1,8 @@
-"""A crash at any step of ``dataset verify --repair`` loses nothing (docs/reliability.md).
+"""``dataset verify --repair`` under a crash and on a task that is not deterministic (docs/reliability.md).
 
-Each test damages two of three robots in a copy of a small collection and runs repair as users
-do, in a subprocess that SIGKILLs its own process group at one step (``ROBOFLEET_CRASH_AT``, see
-``sim.shared.crash_point``). Until a rerun finishes the repair, the manifest keeps every robot,
+The crash tests damage two of three robots in a copy of a small collection and run repair as
+users do, in a subprocess that SIGKILLs its own process group at one step (``ROBOFLEET_CRASH_AT``,
+see ``sim.shared.crash_point``). Until a rerun finishes the repair, the manifest keeps every robot,
 ``dataset verify`` reports the robots under repair, ``dataset info`` shows them and training
 refuses the store; the rerun's store then equals the undamaged original, file for file.
 """
@@ -13,7 +13,9 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import zarr
 
 from collect_helpers import REPO, collected, subprocess_env
 from dataset.cli import main as dataset_main
@@ -35,6 +37,14 @@ def reach_fleet(tmp_path_factory):
                      "--flush-frames", "1", "--workers", "1")
 
 
+def damaged_copy(original, tmp_path):
+    """A copy with robot 0's action chunk flipped and robot 2's episode_ends too."""
+    store = shutil.copytree(original, tmp_path / "fleet")
+    flip_byte(store / "robot_0000.zarr/data/action/c.0.0")
+    flip_byte(store / "robot_0002.zarr/meta/episode_ends/c.0")
+    return store
+
+
 def repair(store, crash_at: str | None = None) -> subprocess.CompletedProcess:
     environment = {**subprocess_env(), **({CRASH_AT: crash_at} if crash_at else {})}
     return subprocess.run([sys.executable, "-m", "dataset.cli", "verify", str(store), "--repair", "--workers", "1"],
@@ -54,10 +64,7 @@ def robots_listed(store) -> dict:
 
 @pytest.mark.parametrize("step", STEPS)
 def test_a_repair_killed_at_any_step_loses_nothing_and_a_rerun_finishes_it(reach_fleet, tmp_path, capsys, step):
-    store = shutil.copytree(reach_fleet, tmp_path / "fleet")
-    flip_byte(store / "robot_0000.zarr/data/action/c.0.0")
-    flip_byte(store / "robot_0002.zarr/meta/episode_ends/c.0")
-
+    store = damaged_copy(reach_fleet, tmp_path)
     killed = repair(store, crash_at=step)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert robots_listed(store) == robots_listed(reach_fleet)  # no robot dropped, none recounted
@@ -78,3 +85,30 @@ def test_a_repair_killed_at_any_step_loses_nothing_and_a_rerun_finishes_it(reach
     assert not (store / ASIDE).exists()
     dataset_main(["verify", str(store)])  # exits 0 (no SystemExit)
     assert capsys.readouterr().out.strip().endswith("OK")
+
+
+def test_a_rerun_after_a_crash_recollects_a_damaged_partial_recollection_again(reach_fleet, tmp_path):
+    store = damaged_copy(reach_fleet, tmp_path)
+    assert repair(store, crash_at="collect-commit").returncode == -signal.SIGKILL
+    (partial,) = [path for path in store.glob("robot_*.zarr") if (store / ASIDE / path.name).exists()]
+    flip_byte(partial / "data/action/c.0.0")  # the recollection so far, damaged in turn
+    finished = repair(store)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert files(store) == files(reach_fleet)
+
+
+def test_repair_refuses_a_recollection_that_differs_and_puts_the_originals_back(tmp_path_factory, tmp_path):
+    """A plug-in whose reset(seed) does not fix the goal: what repair makes again is not what was lost."""
+    original = collected(tmp_path_factory, "noisy", "--robots", "2", "--episodes", "2", "--task",
+                         "toy_tasks:NOISY_REACH", "--workers", "1", "--no-check-determinism")
+    store = shutil.copytree(original, tmp_path / "fleet")
+    states = zarr.open_group(store / "robot_0001.zarr", mode="r+")["data/observation.state"]
+    states[-1, 0] = np.nan  # the last episode is damaged, the first one is intact
+    damaged = files(store)
+    refused = repair(store)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert_one_line(refused.stderr.splitlines()[-1], "refused to repair", "robot_0001.zarr episode 0",
+                    "task 'toy_tasks:NOISY_REACH' does not make the same episode from the same seed",
+                    "the damaged stores are back in place")
+    assert files(store) == damaged and not (store / ASIDE).exists()
+    assert robots_listed(store) == robots_listed(original)
