@@ -172,8 +172,8 @@ def _check_deterministic(config: CollectConfig, spec: TaskSpec, env, profile: Ro
     seed = episode_seed(config.seed, profile.robot_id, 0, *stream)
     if difference := replay_difference(env, spec.make_expert(profile), seed):
         raise ValueError(f"task {config.task!r} is not deterministic: two resets with seed {seed} gave a different "
-                         f"{difference}; its reset(seed) must fix the episode (docs/sim.md, plug-in tasks), "
-                         "or pass --no-check-determinism")
+                         f"{difference}; its reset(seed) must fix the episode (docs/sim.md, plug-in tasks; "
+                         "collect --no-check-determinism skips this check)")
 
 
 def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None = None,
@@ -182,7 +182,9 @@ def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None 
 
     ``robot_episodes`` (robot id -> episodes attempted) limits the work to those robots of the
     fleet, each with its own count: what ``dataset verify --repair`` recollects. ``actor``
-    acts instead of the task's expert (``collect.worker.Actor``; DAgger's rounds).
+    acts instead of the task's expert (``collect.worker.Actor``; DAgger's rounds). Before anything
+    is written, a task that does not make the same first episode twice from one seed is a
+    ``ValueError`` (unless ``config.check_determinism`` is off).
     """
     spec = resolve_task(config.task)
     fleet = make_fleet(config.robots, config.seed)

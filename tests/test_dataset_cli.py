@@ -37,6 +37,8 @@ def test_verify_exits_zero_when_clean_and_one_naming_the_shard_when_corrupt(pick
     assert completed.returncode == 1
     assert "robot_0002" in completed.stdout
     assert completed.stderr.strip().splitlines()[-1].startswith("error: 1 problem")  # after the progress bar
+    shown = dataset_command("info", broken)  # a missing robot does not look normal
+    assert "missing" in shown.stdout.splitlines()[-1] and "robot 2 missing" in shown.stderr, shown
 
 
 def test_stats_prints_every_dimension(pick_place_fleet, tmp_path):
