@@ -27,6 +27,8 @@ class CollectConfig:
     overwrite: bool = field(default=False, metadata={"help": "replace an existing collection in OUT"})
     flush_frames: int = field(default=2048, metadata={"help": "frames a worker buffers before committing"})
     quiet: bool = field(default=False, metadata={"help": "no progress bar and no summary"})
+    check_determinism: bool = field(default=True, metadata={
+        "help": "first replay the first episode's reset and a few steps twice, and stop if they differ"})
 
     def __post_init__(self):
         check_options(self, ("robots", "episodes", "workers", "image_size", "flush_frames"),

@@ -28,9 +28,10 @@ from collect.manifest import check_output, create_output, write_manifest
 from collect.schema import features_of
 from collect.shard import store_bytes, store_name
 from collect.worker import PROGRESS_TOPIC, Actor, RobotJob, RobotReport, collect_robot_on_worker
-from sim.fleet import make_fleet
+from sim.fleet import RobotProfile, episode_seed, make_fleet
+from sim.rollout import replay_difference
 from sim.shared import code_version, progress_bar
-from sim.tasks import resolve_task
+from sim.tasks import TaskSpec, resolve_task
 
 TASK_RETRIES = 2
 
@@ -164,20 +165,37 @@ class _Progress:
         self.bar.close()
 
 
+def _check_deterministic(config: CollectConfig, spec: TaskSpec, env, profile: RobotProfile,
+                         actor: Actor | None) -> None:
+    """Refuse, in one line, a task whose first episode is not the same twice from the same seed."""
+    stream = (actor.seed_stream, actor.seed_round) if actor else ("collect", 0)
+    seed = episode_seed(config.seed, profile.robot_id, 0, *stream)
+    if difference := replay_difference(env, spec.make_expert(profile), seed):
+        raise ValueError(f"task {config.task!r} is not deterministic: two resets with seed {seed} gave a different "
+                         f"{difference}; its reset(seed) must fix the episode (docs/sim.md, plug-in tasks; "
+                         "collect --no-check-determinism skips this check)")
+
+
 def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None = None,
                    actor: Actor | None = None) -> CollectionSummary:
     """Collect every robot's missing episodes into ``config.out``; resumable.
 
     ``robot_episodes`` (robot id -> episodes attempted) limits the work to those robots of the
     fleet, each with its own count: what ``dataset verify --repair`` recollects. ``actor``
-    acts instead of the task's expert (``collect.worker.Actor``; DAgger's rounds).
+    acts instead of the task's expert (``collect.worker.Actor``; DAgger's rounds). Before anything
+    is written, a task that does not make the same first episode twice from one seed is a
+    ``ValueError`` (unless ``config.check_determinism`` is off).
     """
     spec = resolve_task(config.task)
     fleet = make_fleet(config.robots, config.seed)
     targets = robot_episodes or {profile.robot_id: config.episodes for profile in fleet}
     probe = spec.make_env(fleet[0], cameras=config.cameras, image_size=config.image_size)
     features, fps = features_of(probe), int(probe.metadata.get("render_fps", 0))
-    probe.close()
+    try:
+        if config.check_determinism:
+            _check_deterministic(config, spec, probe, fleet[0], actor)
+    finally:
+        probe.close()
 
     out = Path(config.out)
     check_output(out, config, features)

@@ -3,7 +3,9 @@
 The manifest is rewritten atomically (``sim.shared.write_json_atomic``: temp file +
 ``os.replace``) at the start and at the end of every run, so it always parses. Its
 per-robot counts are the stores' committed episodes (read from disk, or reported by the
-task that just closed the store), never what a run meant to do.
+task that just closed the store), never what a run meant to do. The one exception: a robot
+under repair (listed in ``OUT/.repair/journal.json``, see ``dataset/repair.py``) keeps the
+entry it had before repair set its damaged store aside, until the repair is done.
 """
 
 from __future__ import annotations
@@ -23,21 +25,54 @@ from sim.shared import code_version, write_json_atomic
 from sim.tasks import TaskSpec
 
 MANIFEST = "manifest.json"
+REPAIR_DIR = ".repair"  # where repair sets damaged robot stores aside, beside its journal
+REPAIR_JOURNAL = "journal.json"
+# Keys every manifest has, and the types they must have (None: written without a fleet seed, an import)
+REQUIRED = {"task": (dict,), "fps": (int, type(None)), "seed": (int, type(None)), "features": (dict,),
+            "robots": (dict,)}
 
 
-def read_manifest(directory: Path) -> dict | None:
-    """DIRECTORY/manifest.json, parsed; None where there is none.
-
-    The one place a manifest is read: one that is not JSON is a ``ValueError`` naming the file.
-    """
-    path = Path(directory) / MANIFEST
-    if not path.exists():
-        return None
+def _read_json(path: Path) -> object:
+    """A JSON file, parsed; one that is not JSON is a ``ValueError`` naming it."""
     try:
         return json.loads(path.read_bytes())
     except ValueError as error:  # JSONDecodeError, UnicodeDecodeError
         raise ValueError(f"{path} is corrupt, not JSON ({error}); restore it, or recollect into a new --out "
                          f"(or this one with --overwrite)") from None
+
+
+def read_manifest(directory: Path) -> dict | None:
+    """DIRECTORY/manifest.json, parsed; None where there is none.
+
+    The one place a manifest is read: one that is not JSON, is not an object, or lacks a key of
+    ``REQUIRED`` (or holds it with another type) is a ``ValueError`` naming the file.
+    """
+    path = Path(directory) / MANIFEST
+    if not path.exists():
+        return None
+    manifest = _read_json(path)
+    if not isinstance(manifest, dict):
+        raise ValueError(f"{path} is not a RoboFleet manifest: it holds a JSON {type(manifest).__name__}, "
+                         "not an object; restore it, or recollect into a new --out")
+    if missing := [key for key in REQUIRED if key not in manifest]:
+        raise ValueError(f"{path} is not a RoboFleet manifest: it lacks {', '.join(missing)}; restore it, "
+                         "or recollect into a new --out")
+    for key, types in REQUIRED.items():
+        if not isinstance(manifest[key], types) or isinstance(manifest[key], bool):
+            raise ValueError(f"{path} is damaged: its {key} is a JSON {type(manifest[key]).__name__}; restore it, "
+                             "or recollect into a new --out")
+    return manifest
+
+
+def read_repair_journal(directory: Path) -> dict[int, dict]:
+    """The robots under repair in DIRECTORY (robot id -> its record, see ``dataset/repair.py``); {} when none."""
+    path = Path(directory) / REPAIR_DIR / REPAIR_JOURNAL
+    if not path.exists():
+        return {}
+    journal = _read_json(path)
+    if not isinstance(journal, dict) or not isinstance(journal.get("robots"), dict):
+        raise ValueError(f"{path} is damaged: it lists no robots; restore it")
+    return {int(robot): record for robot, record in journal["robots"].items()}
 
 
 def _check_compatible(out: Path, config: CollectConfig, features: dict) -> None:
@@ -81,7 +116,7 @@ def create_output(out: Path, config: CollectConfig) -> dict[int, int]:
     return settled
 
 
-def _robot_entry(site: str | None, episodes: int, frames: int, failed: int) -> dict:
+def robot_entry(site: str | None, episodes: int = 0, frames: int = 0, failed: int = 0) -> dict:
     """One robot's entry in the manifest: its site and committed counts."""
     return {"site": site, "episodes": episodes, "frames": frames, "failed": failed}
 
@@ -94,7 +129,7 @@ def write_manifest(out: Path, config: CollectConfig, spec: TaskSpec, features: d
     their stores again (about 3 ms a store). ``lineage`` (where the data came from, when
     not the task's expert) is kept as it is.
     """
-    known = {report.robot_id: _robot_entry(report.site, report.kept, report.frames, report.failed)
+    known = {report.robot_id: robot_entry(report.site, report.kept, report.frames, report.failed)
              for report in reports}
     # "reference" is the task as given (a name, env id or module:attr): what later commands resolve it from
     task = {"name": spec.name, "env_id": spec.env_id, "reference": config.task}
@@ -115,14 +150,16 @@ def write_store_manifest(out: Path, *, task: dict, fps: int, features: dict, see
     writers of other fleet stores (e.g. a LeRobot import); ``extra`` keys are added as they are.
     """
     sites, known = sites or {}, known or {}
-    robots = {}
+    robots = {str(robot): record["entry"] for robot, record in read_repair_journal(out).items()}
     for path in sorted(out.glob("robot_*.zarr")):
         robot_id = int(path.stem.split("_")[1])
+        if str(robot_id) in robots:  # under repair: its store is a recollection in progress
+            continue
         if robot_id in known:
             robots[str(robot_id)] = known[robot_id]
             continue
         progress = read_progress(path)
-        robots[str(robot_id)] = _robot_entry(progress.site or sites.get(robot_id), progress.episodes,
+        robots[str(robot_id)] = robot_entry(progress.site or sites.get(robot_id), progress.episodes,
                                              progress.frames, len(progress.failed_indices))
     write_json_atomic(out / MANIFEST, {
         "schema_version": SCHEMA_VERSION,
@@ -136,6 +173,6 @@ def write_store_manifest(out: Path, *, task: dict, fps: int, features: dict, see
         "features": features,
         "totals": {"robots": len(robots), "episodes": sum(r["episodes"] for r in robots.values()),
                    "frames": sum(r["frames"] for r in robots.values())},
-        "robots": robots,
+        "robots": dict(sorted(robots.items(), key=lambda item: int(item[0]))),
         **extra,
     })

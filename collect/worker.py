@@ -17,6 +17,7 @@ from collect.schema import features_of
 from collect.shard import EpisodeRecord, ShardWriter, storage_dtype
 from sim.fleet import RobotProfile, episode_seed
 from sim.rollout import run_episode
+from sim.shared import crash_point
 from sim.tasks import resolve_task
 
 PROGRESS_TOPIC = "robofleet.collect.progress"
@@ -109,6 +110,7 @@ def collect_robot(job: RobotJob, report_progress: Callable[[int, int], None] | N
             if buffered_frames >= job.flush_frames:
                 shard.commit(pending, dropped_failures)
                 pending, dropped_failures, buffered_frames = [], [], 0
+                crash_point("collect-commit")
             settled_count += 1
             if report_progress is not None:
                 report_progress(profile.robot_id, settled_count)

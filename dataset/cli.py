@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,10 +22,11 @@ import numpy as np
 from collect.shard import store_bytes
 from dataset.fleet_store import FleetStore
 from dataset.stats import fleet_stats
-from sim.shared import fail, parse_subcommand
+from sim.shared import fail, parse_subcommand, warn
 
 CORRUPT_EXIT = 1
 
+COUNTS = ("episodes", "failed", "frames")  # a robot's counts in `dataset info`
 STORE = {"positional": True, "help": "fleet store directory (the OUT of collect)"}
 
 
@@ -89,22 +91,31 @@ def _table(header: list[str], rows: list[list]) -> str:
 
 
 def store_summary(store: FleetStore) -> dict:
-    """Per-robot and per-site episode, failure and frame counts, with the task and features."""
+    """Per-robot and per-site episode, failure and frame counts, with the task and features.
+
+    A robot the manifest lists whose store is missing, or that an interrupted repair has not
+    finished, is listed with its ``state`` and no counts; the totals leave it out.
+    """
+    listed = (store.manifest or {}).get("robots", {})
     robots = []
-    for robot_id in store.robots:
-        shard = store.shards[robot_id]
-        robots.append({"robot_id": robot_id, "site": store.site_of(robot_id), "episodes": shard.num_episodes,
-                       "failed": len(shard.group.attrs.get("failed_episodes", [])), "frames": shard.num_frames})
-    sites = defaultdict(lambda: {"robots": 0, "episodes": 0, "failed": 0, "frames": 0})
+    for robot_id in sorted({*store.robots, *store.missing_robots, *store.repairing}):
+        shard = store.shards.get(robot_id)
+        state = "under repair" if robot_id in store.repairing else "missing" if shard is None else "ok"
+        robots.append({"robot_id": robot_id, "state": state,
+                       "site": store.site_of(robot_id) if state == "ok" else listed.get(str(robot_id), {}).get("site"),
+                       **({"episodes": shard.num_episodes, "failed": len(shard.group.attrs.get("failed_episodes", [])),
+                           "frames": shard.num_frames} if state == "ok" else dict.fromkeys(COUNTS))})
+    sites = defaultdict(lambda: {"robots": 0, **dict.fromkeys(COUNTS, 0)})
     for robot in robots:
-        site = sites[robot["site"]]
-        site["robots"] += 1
-        for key in ("episodes", "failed", "frames"):
-            site[key] += robot[key]
+        if robot["state"] == "ok":
+            sites[robot["site"]]["robots"] += 1
+            for key in COUNTS:
+                sites[robot["site"]][key] += robot[key]
     manifest = store.manifest or {}
     return {"path": str(store.path), "task": (manifest.get("task") or {}).get("name"), "fps": manifest.get("fps"),
             "features": {name: feature["shape"] for name, feature in store.features.items()},
-            "episodes": store.num_episodes, "frames": store.num_frames, "bytes": store_bytes(store.path),
+            "episodes": sum(site["episodes"] for site in sites.values()),
+            "frames": sum(site["frames"] for site in sites.values()), "bytes": store_bytes(store.path),
             "sites": dict(sites), "robots": robots}
 
 
@@ -112,13 +123,18 @@ def info(config: InfoConfig) -> None:
     summary = store_summary(_open(config.store))
     if config.json:
         print(json.dumps(summary, indent=2))
-        return
-    print(f"{summary['path']}: task {summary['task']}, {summary['fps']} fps, {summary['episodes']} episodes, "
-          f"{summary['frames']} frames, {summary['bytes'] / 2**20:.1f} MiB")
-    print("features: " + ", ".join(f"{name} {shape}" for name, shape in summary["features"].items()) + "\n")
-    print(_table(["site", "robots", "episodes", "failed", "frames"],
-                 [[site, *values.values()] for site, values in sorted(summary["sites"].items())]) + "\n")
-    print(_table(["robot", "site", "episodes", "failed", "frames"], [list(r.values()) for r in summary["robots"]]))
+    else:
+        print(f"{summary['path']}: task {summary['task']}, {summary['fps']} fps, {summary['episodes']} episodes, "
+              f"{summary['frames']} frames, {summary['bytes'] / 2**20:.1f} MiB")
+        print("features: " + ", ".join(f"{name} {shape}" for name, shape in summary["features"].items()) + "\n")
+        print(_table(["site", "robots", "episodes", "failed", "frames"],
+                     [[site, *values.values()] for site, values in sorted(summary["sites"].items())]) + "\n")
+        print(_table(["robot", "state", "site", "episodes", "failed", "frames"],
+                     [["-" if value is None else value for value in robot.values()] for robot in summary["robots"]]))
+    if unusable := [robot for robot in summary["robots"] if robot["state"] != "ok"]:
+        states = ", ".join(f"robot {robot['robot_id']} {robot['state']}" for robot in unusable[:5])
+        warn(f"{len(unusable)} robot store(s) are not usable ({states}{', ...' if len(unusable) > 5 else ''}); "
+             f"run `dataset verify {summary['path']} --repair`")
 
 
 def verify(config: VerifyConfig) -> None:
@@ -193,7 +209,14 @@ COMMANDS = {"info": (InfoConfig, info), "verify": (VerifyConfig, verify), "stats
 
 def main(argv: list[str] | None = None) -> None:
     name, config = parse_subcommand({name: config for name, (config, _) in COMMANDS.items()}, __doc__, argv)
-    COMMANDS[name][1](config)
+    try:
+        try:
+            COMMANDS[name][1](config)
+        finally:
+            sys.stdout.flush()  # here, not at exit, where a closed pipe would print a traceback
+    except BrokenPipeError:  # the reader closed the pipe (`dataset verify DIR | head -1`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from collect.manifest import MANIFEST, read_manifest
+from collect.manifest import MANIFEST, read_manifest, read_repair_journal
 from collect.shard import committed_count
 from dataset.chunks import decode_failure, read_rows
 from sim.fleet import RobotProfile
@@ -54,17 +54,23 @@ class Shard:
 
 
 class FleetStore:
-    """Read-only view of every robot's committed episodes under one directory."""
+    """Read-only view of every robot's committed episodes under one directory.
 
-    def __init__(self, path: Path, manifest: dict | None, shards: dict[int, Shard]):
-        self.path, self.manifest, self.shards = path, manifest, shards
+    ``repairing`` holds the robots an interrupted ``dataset verify --repair`` has not finished
+    (robot id -> its journal record, ``dataset/repair.py``): until it has, their stores are not data.
+    """
+
+    def __init__(self, path: Path, manifest: dict | None, shards: dict[int, Shard],
+                 repairing: dict[int, dict] | None = None):
+        self.path, self.manifest, self.shards, self.repairing = path, manifest, shards, repairing or {}
 
     @classmethod
     def open(cls, path: str | Path) -> FleetStore:
         """A snapshot of the collection at ``path``: the directory of ``manifest.json`` and ``robot_NNNN.zarr``.
 
         Raises ``FileNotFoundError`` where ``path`` holds neither (a robot's own store included),
-        and ``ValueError`` for a manifest that is not JSON or a store zarr cannot open.
+        and ``ValueError`` for a manifest that is not JSON or lacks its keys, a damaged repair
+        journal, or a store zarr cannot open.
         """
         path = Path(path)
         if not path.is_dir():
@@ -88,7 +94,7 @@ class FleetStore:
                                          unreadable=f"meta/episode_ends is damaged: {decode_failure(error)}")
         if manifest is None and not shards:
             raise FileNotFoundError(f"no fleet store at {path}: it has neither {MANIFEST} nor robot_NNNN.zarr stores")
-        return cls(path, manifest, shards)
+        return cls(path, manifest, shards, read_repair_journal(path))
 
     # ----- what is in the store --------------------------------------------------------
     @property

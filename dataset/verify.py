@@ -16,6 +16,8 @@
    (committed episodes are never removed, so a shard may not hold fewer than it records).
 
 Only the committed range is checked, so a store that ``collect`` is still writing verifies clean.
+A robot under repair (an interrupted ``dataset verify --repair``, ``dataset/repair.py``) is
+damage until a repair finishes it; its store in the directory is not checked.
 Notes are not damage: a store written before chunks carried checksums, bounds that could not
 be checked.
 """
@@ -32,7 +34,7 @@ import numpy as np
 from tqdm.dask import TqdmCallback
 from zarr.core.sync import sync  # runs a coroutine on zarr's own IO event loop
 
-from collect.manifest import MANIFEST
+from collect.manifest import MANIFEST, REPAIR_DIR
 from collect.shard import META_FIELDS, SCHEMA_VERSION, committed_count, run_concurrently, storage_dtype, store_name
 from dataset.chunks import chunk_rows, decode_failure, has_checksums, list_keys, may_be_absent, rows_label
 from sim.fleet import RobotProfile
@@ -98,14 +100,23 @@ def verify_store(store: FleetStore, check_data: bool = True, progress: bool = Fa
     bounds, problems = declared_bounds(store)
     if store.manifest is None:
         problems.append(Problem(None, None, f"{store.path}: no {MANIFEST}"))
+    problems.extend(under_repair(store))
     for robot_id in store.missing_robots:
-        problems.append(Problem(store_name(robot_id), None, f"listed in {MANIFEST} but missing"))
+        if robot_id not in store.repairing:
+            problems.append(Problem(store_name(robot_id), None, f"listed in {MANIFEST} but missing"))
     tasks = [dask.delayed(verify_shard, pure=False)(shard, store.manifest, check_data, bounds)
-             for shard in store.shards.values()]
+             for shard in store.shards.values() if shard.robot_id not in store.repairing]
     with TqdmCallback(desc="verify", unit="shard", tqdm_class=progress_bar) if progress else contextlib.nullcontext():
         per_shard = dask.compute(*tasks, scheduler=dask.config.get("scheduler", "threads"))
     found = problems + [problem for shard_problems in per_shard for problem in shard_problems]
     return [problem for problem in found if notes or not problem.note]
+
+
+def under_repair(store: FleetStore) -> list[Problem]:
+    """One problem for each robot that an interrupted ``dataset verify --repair`` has not finished."""
+    return [Problem(store_name(robot_id), None, f"under repair: an interrupted repair set its damaged store aside "
+                                                f"in {REPAIR_DIR}/; run `dataset verify {store.path} --repair` to finish")
+            for robot_id in sorted(store.repairing)]
 
 
 def verify_shard(shard: Shard, manifest: dict | None = None, check_data: bool = True,

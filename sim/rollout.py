@@ -62,3 +62,47 @@ def run_episode(
         frames["next.reward"] = np.array(rewards, dtype=np.float32)
         frames["next.success"] = np.array(successes, dtype=bool)
     return Episode(seed=seed, success=success, length=length, frames=frames)
+
+
+REPLAY_STEPS = 5  # steps replayed by replay_difference after the reset
+
+
+def replay_difference(env: gym.Env, expert, seed: int, steps: int = REPLAY_STEPS) -> str | None:
+    """Reset ``env`` and ``expert`` with ``seed`` and take ``steps`` of the expert's steps, twice; what
+    differs between the two (an observation key, the action, the reward or the MuJoCo state, and
+    when), or None when they agree bit for bit.
+
+    A task's episode must be a pure function of its reset seed (the plug-in contract in docs/sim.md):
+    collect checks it with this before it writes anything. ``expert`` None replays the reset alone.
+    """
+    first, second = (_replay(env, expert, seed, steps) for _ in range(2))
+    for step, (before, after) in enumerate(zip(first, second)):
+        for key in sorted(before.keys() | after.keys()):
+            a, b = np.asarray(before.get(key)), np.asarray(after.get(key))
+            if a.shape != b.shape or a.tobytes() != b.tobytes():
+                return f"{key} {'at reset' if step == 0 else f'after step {step}'}"
+    return None if len(first) == len(second) else "episode length"
+
+
+def _replay(env: gym.Env, expert, seed: int, steps: int) -> list[dict]:
+    """What ``replay_difference`` compares: each step's observation, action, reward and MuJoCo state."""
+    observation, _ = env.reset(seed=seed)
+    trace = [{**observation, "physics": _physics(env)}]
+    if expert is None:
+        return trace
+    expert.reset(seed)
+    for _ in range(steps):
+        action = np.asarray(expert(observation), dtype=np.float32)
+        observation, reward, terminated, truncated, _ = env.step(action)
+        trace.append({**observation, "action": action, "reward": reward, "physics": _physics(env)})
+        if terminated or truncated:
+            break
+    return trace
+
+
+def _physics(env: gym.Env) -> np.ndarray:
+    """The MuJoCo positions and velocities of a MuJoCo env (empty for others)."""
+    data = getattr(env.unwrapped, "data", None)
+    if data is None or not hasattr(data, "qpos"):
+        return np.zeros(0)
+    return np.concatenate([data.qpos, data.qvel])

@@ -25,6 +25,7 @@ import functools
 import importlib.metadata
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -143,6 +144,17 @@ def fail(message: str, code: int = 2) -> typing.NoReturn:
 def warn(message: str) -> None:
     """A one-line warning on stderr: something the command worked around, that the user should know."""
     print(f"warning: {message}", file=sys.stderr)
+
+
+CRASH_AT = "ROBOFLEET_CRASH_AT"  # a test hook: the step at which crash_point kills the process group
+
+
+def crash_point(step: str) -> None:
+    """Where ``$ROBOFLEET_CRASH_AT`` names ``step``, SIGKILL this process's group here, as ``kill -9`` of
+    a command (its dask workers included) would: how tests reach each step of a protocol that must
+    survive a crash (tests/test_repair_crash.py). Unset, it does nothing."""
+    if os.environ.get(CRASH_AT) == step:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 LOG_REDRAW_S = 60.0  # a progress bar's redraw interval when stderr is a file or a pipe

@@ -37,6 +37,8 @@ def test_verify_exits_zero_when_clean_and_one_naming_the_shard_when_corrupt(pick
     assert completed.returncode == 1
     assert "robot_0002" in completed.stdout
     assert completed.stderr.strip().splitlines()[-1].startswith("error: 1 problem")  # after the progress bar
+    shown = dataset_command("info", broken)  # a missing robot does not look normal
+    assert "missing" in shown.stdout.splitlines()[-1] and "robot 2 missing" in shown.stderr, shown
 
 
 def test_stats_prints_every_dimension(pick_place_fleet, tmp_path):
@@ -75,3 +77,11 @@ def test_bad_input_is_one_line_and_exit_two(pick_place_fleet, tmp_path):
         assert completed.returncode == 2 and completed.stderr.startswith("error:"), completed.stderr
         assert message in completed.stderr and completed.stderr.strip().count("\n") == 0
     assert dataset_command("frobnicate").returncode == 2
+
+
+def test_piped_output_closes_quietly(pick_place_fleet):
+    """A reader that closes the pipe early (head, true) ends the command without a traceback."""
+    for pipe in ("verify {} | head -1", "verify {} | true", "info {} | true"):
+        completed = subprocess.run(f"{sys.executable} -m dataset.cli {pipe.format(pick_place_fleet)}", shell=True,
+                                   capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=300)
+        assert "Traceback" not in completed.stderr and "BrokenPipeError" not in completed.stderr, completed.stderr

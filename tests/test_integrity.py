@@ -105,6 +105,29 @@ def test_a_corrupt_manifest_is_one_line_naming_it_in_every_command(fleet, traine
     assert_one_line(capsys.readouterr().err, message)
 
 
+@pytest.mark.parametrize("damage, message", [
+    (lambda manifest: {}, "is not a RoboFleet manifest: it lacks task, fps, seed, features, robots"),
+    (lambda manifest: [manifest], "is not a RoboFleet manifest: it holds a JSON list, not an object"),
+    (lambda manifest: {key: value for key, value in manifest.items() if key != "seed"}, "is not a RoboFleet manifest: it lacks seed"),
+    (lambda manifest: {**manifest, "robots": ["0", "1", "2"]}, "is damaged: its robots is a JSON list"),
+], ids=["empty", "a list", "without seed", "robots a list"])
+def test_a_manifest_that_is_json_but_not_a_manifest_is_one_line_in_every_command(fleet, tmp_path, capsys, damage,
+                                                                                   message):
+    manifest = fleet / "manifest.json"
+    manifest.write_text(json.dumps(damage(json.loads(manifest.read_text()))))
+    for subcommand in (["verify"], ["info"], ["stats"], ["export-lerobot", tmp_path / "lerobot"]):
+        assert exit_code_of(dataset_main, [subcommand[0], fleet, *subcommand[1:]]) == 2
+        assert_one_line(capsys.readouterr().err, f"error: {manifest} {message}")
+    assert not (tmp_path / "lerobot").exists()
+    collect_again = ["--out", fleet, "--robots", "3", "--episodes", "3", "--task", "pick_place", "--quiet"]
+    assert exit_code_of(collect_main, collect_again) == 2
+    assert_one_line(capsys.readouterr().err, f"error: {manifest} {message}")
+    for main, options in TRAINING:
+        assert exit_code_of(main, ["--data", fleet, "--out", tmp_path / "run", *options]) == 2
+        assert_one_line(capsys.readouterr().err, f"error: {manifest} {message}")
+        assert not (tmp_path / "run").exists()
+
+
 def test_evaluate_stops_when_the_training_collections_episode_ends_are_damaged(fleet, trained_run, tmp_path, capsys,
                                                                                 monkeypatch):
     flip_byte(fleet / "robot_0001.zarr" / "meta" / "episode_ends" / "c.0")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import sim
-from collect_helpers import REPO, subprocess_env
+from collect_helpers import REPO, run_collect, subprocess_env
+from fault_helpers import assert_one_line
 from sim.demo import DemoConfig, run_demo
 from sim.rollout import run_episode
 from sim.tasks import ENTRY_POINT_GROUP, TaskSpec, available_tasks, resolve_task
@@ -110,3 +111,13 @@ def test_a_plug_in_task_is_remembered_from_collect_to_evaluate(tmp_path):
     assert completed.returncode == 2 and completed.stderr.strip().count("\n") == 0, completed.stderr
     assert ("cannot load task reference 'mountain_car_task:TASK': No module named 'mountain_car_task' "
             "(the checkpoint's task: put its module on PYTHONPATH)") in completed.stderr
+
+
+def test_collect_refuses_a_task_whose_reset_seed_does_not_fix_the_episode(tmp_path):
+    out = tmp_path / "fleet"
+    completed = run_collect(out, "--task", "toy_tasks:NOISY_REACH", "--robots", "2", "--episodes", "1",
+                            "--workers", "1")
+    assert completed.returncode == 2
+    assert_one_line(completed.stderr, "error: task 'toy_tasks:NOISY_REACH' is not deterministic: two resets with seed",
+                    "observation.environment_state at reset", "--no-check-determinism")
+    assert not out.exists()

@@ -1,10 +1,12 @@
-"""Tiny plug-in tasks for tests: fast, deterministic, and failing when told to."""
+"""Tiny plug-in tasks for tests: fast, deterministic (but one), and failing when told to."""
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
 from sim import TaskSpec
+from sim.envs.reach import ReachEnv
+from sim.experts import ReachExpert
 
 EPISODE_LENGTH = 6
 
@@ -70,3 +72,17 @@ if "toy/ReachWithoutPrivilegedState-v0" not in gym.registry:
 
 # reach as a real robot sees it (no expert can act on it: the expert needs the goal's position)
 REACH_WITHOUT_PRIVILEGED_STATE = TaskSpec("reach", "toy/ReachWithoutPrivilegedState-v0", lambda profile: None)
+
+
+class NoisyGoalReach(ReachEnv):
+    """reach whose goal moves by unseeded noise at every reset: ``reset(seed)`` does not fix its episode."""
+
+    def _reset_task(self) -> None:
+        super()._reset_task()
+        self.model.site_pos[self.goal_site] += np.random.uniform(-0.02, 0.02, size=3)
+
+
+if "toy/NoisyGoalReach-v0" not in gym.registry:
+    gym.register("toy/NoisyGoalReach-v0", entry_point=NoisyGoalReach, max_episode_steps=60)
+
+NOISY_REACH = TaskSpec("noisy_reach", "toy/NoisyGoalReach-v0", ReachExpert)

@@ -12,21 +12,30 @@ from train.fed.federated_config import FederatedConfig
 NAMED = 5  # missing stores named in a message; the rest are counted
 
 
+def store_names(robot_ids: list[int]) -> str:
+    """Robot stores as a short phrase: the first ``NAMED`` by name, the rest counted."""
+    more = f" and {len(robot_ids) - NAMED} more" if len(robot_ids) > NAMED else ""
+    return ", ".join(store_name(robot_id) for robot_id in robot_ids[:NAMED]) + more
+
+
 def missing_stores(store: FleetStore) -> str:
     """The robot stores ``store``'s manifest lists but its directory lacks, as a short phrase."""
-    names = [store_name(robot_id) for robot_id in store.missing_robots]
-    more = f" and {len(names) - NAMED} more" if len(names) > NAMED else ""
-    return f"{len(names)} robot store(s) listed in {store.path / MANIFEST} are missing: {', '.join(names[:NAMED])}{more}"
+    missing = store.missing_robots
+    return f"{len(missing)} robot store(s) listed in {store.path / MANIFEST} are missing: {store_names(missing)}"
 
 
 def open_training_store(config: TrainConfig | FederatedConfig, quiet: bool = False) -> FleetStore:
-    """The fleet store at ``config.data``, or a one-line error: it cannot be opened, a robot store's
-    episode_ends are damaged, or robot stores its manifest lists are missing. With
-    ``--allow-missing-robots`` the missing ones are a warning (unless ``quiet``)."""
+    """The fleet store at ``config.data``, or a one-line error: it cannot be opened, an interrupted
+    repair has not finished, a robot store's episode_ends are damaged, or robot stores its manifest
+    lists are missing. With ``--allow-missing-robots`` the missing ones are a warning (unless ``quiet``)."""
     try:
         store = FleetStore.open(config.data)
     except (FileNotFoundError, ValueError) as error:
         fail(str(error))
+    if store.repairing:
+        fail(f"{len(store.repairing)} robot store(s) of {store.path} are under repair "
+             f"({store_names(sorted(store.repairing))}): an interrupted `dataset verify --repair` has not finished; "
+             f"run `dataset verify {store.path} --repair`")
     if store.missing_robots and not config.allow_missing_robots:
         fail(f"{missing_stores(store)}; rerun the collect command that made {store.path} to collect them again, "
              "or pass --allow-missing-robots to train on the rest")
