@@ -9,20 +9,12 @@ They both extend ``DataOptions`` too, the options about the fleet store they rea
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-
-from sim.shared import check_choices, check_options
+from sim.shared import check_choices, check_options, check_output_directory
 from train.comm.comm_hooks import COMM_HOOKS
 from train.policies.policy import INPUTS
 
 VISION_BACKBONES = ("small", "resnet18")  # train/policies/vision.py
 LEROBOT_SIZES = ("small", "default")  # train/policies/lerobot_policies.py
-
-
-def check_run_directory(out: str) -> None:
-    """Refuse an ``--out`` that names a file: the run directory is made there."""
-    if Path(out).exists() and not Path(out).is_dir():
-        raise ValueError(f"--out {out} is a file, not a directory")
 
 
 @dataclass
@@ -107,7 +99,9 @@ class TrainConfig(PolicyOptions, DataOptions):
         "help": "mixed precision: none, bf16 (autocast, CPU or GPU) or fp16 (autocast and a GradScaler, GPU only)"})
     ema_decay: float = field(default=0.0, metadata={
         "help": "EMA of the weights with this decay, e.g. 0.999 (0: off); evaluation and val loss use the EMA"})
-    threads: int = field(default=0, metadata={"help": "torch threads per rank (0: torch's default)"})
+    threads: int = field(default=0, metadata={
+        "help": "torch threads per rank (0: the host's cores / the training ranks on the host, counted again as "
+                "runs start and end; train/threads.py)"})
     # communication between ranks (train/comm/comm_hooks.py)
     comm_hook: str = field(default="auto", metadata={
         "help": "how DDP sends gradients: auto (shm between CPU ranks on one host, ring across hosts, none on GPU), "
@@ -132,6 +126,6 @@ class TrainConfig(PolicyOptions, DataOptions):
         check_options(self, ("lr", "bucket_cap_mb"), lambda value: value > 0, "must be positive")
         check_options(self, ("warmup_steps", "weight_decay", "grad_clip", "episodes_per_robot"),
                       lambda value: value >= 0, "must not be negative")
-        check_options(self, ("threads",), lambda value: value >= 0, "must be 0 (torch's default) or more")
-        check_run_directory(self.out)
+        check_options(self, ("threads",), lambda value: value >= 0, "must be 0 (automatic) or more")
+        check_output_directory(self.out)
         self.sites, self.robots = tuple(self.sites), tuple(self.robots)
