@@ -262,13 +262,14 @@ def _not_a_checkpoint(checkpoint, tmp_path):
     (lambda c, t: [], "--checkpoint is required"),
     (lambda c, t: ["--checkpoint", c, "--episodes", "0"], "--episodes must be at least 1"),
     (lambda c, t: ["--checkpoint", c, "--episode-offset", "-1"], "--episode-offset must be at least 0"),
+    (lambda c, t: ["--checkpoint", c, "--seed", "-1"], "--seed must not be negative, got -1"),
     (lambda c, t: ["--checkpoint", c, "--n-action-steps", "17"],
      "--n-action-steps 17 is longer than the mlp policy's chunk of 16 actions"),
     (_collection_moved, "the fleet seed is unknown (its training collection "),
     (_collection_without_seed, "the fleet seed is unknown (the manifest of its training collection "),
     pytest.param(lambda c, t: ["--checkpoint", c, "--device", "cuda"], "--device cuda: torch finds no CUDA GPU",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here")),
-], ids=["missing", "truncated", "foreign", "wrong-task", "schema", "no-checkpoint", "bad-option", "bad-offset", "long-chunk",
+], ids=["missing", "truncated", "foreign", "wrong-task", "schema", "no-checkpoint", "bad-option", "bad-offset", "bad-seed", "long-chunk",
         "collection-moved", "no-manifest-seed", "no-gpu"])
 def test_bad_checkpoints_and_options_are_refused(checkpoint, tmp_path, capsys, arguments, message):
     out = tmp_path / "eval"

@@ -64,6 +64,8 @@ class PolicyOptions:
         check_options(self, ("n_obs_steps", "horizon", "n_action_steps", "action_modes"), lambda value: value >= 1,
                       "must be at least 1")
         self.hidden = tuple(self.hidden)
+        if not self.hidden:
+            raise ValueError("--hidden needs at least one width (e.g. --hidden 256 256); none makes a linear model")
         if any(width < 1 for width in self.hidden):
             raise ValueError(f"--hidden widths must be at least 1, got {' '.join(map(str, self.hidden))}")
 
@@ -124,7 +126,7 @@ class TrainConfig(PolicyOptions, DataOptions):
                              "mode": ("memory", "streaming")})
         check_options(self, ("ema_decay", "val_fraction"), lambda value: 0.0 <= value < 1.0, "must be in [0, 1)")
         check_options(self, ("lr", "bucket_cap_mb"), lambda value: value > 0, "must be positive")
-        check_options(self, ("warmup_steps", "weight_decay", "grad_clip", "episodes_per_robot"),
+        check_options(self, ("warmup_steps", "weight_decay", "grad_clip", "episodes_per_robot", "seed"),
                       lambda value: value >= 0, "must not be negative")
         check_options(self, ("threads",), lambda value: value >= 0, "must be 0 (automatic) or more")
         check_output_directory(self.out)

@@ -65,7 +65,7 @@ class FederatedConfig(PolicyOptions, DataOptions):  # the policy and data option
         check_options(self, ("lr", "server_lr", "deadline"), lambda value: value > 0, "must be positive")
         check_options(self, ("server_momentum",), lambda value: 0.0 <= value < 1.0, "must be in [0, 1)")
         check_options(self, ("weight_decay", "grad_clip", "prox_mu", "warmup_rounds", "personal_after", "head_epochs",
-                             "threads"),
+                             "threads", "seed"),
                       lambda value: value >= 0, "must not be negative")
         check_choices(self, {"compression": COMPRESSIONS, "personal": PERSONAL_MODES, "mode": ("memory", "streaming")})
         # --personal-after R (every round shared) with --head-epochs: heads personal through the final fit only
