@@ -44,6 +44,7 @@ from train.data import open_training_store
 from train.monitor import Monitor, StepTimer, sync_efficiency
 from train.policies.policy import PolicySpec, changed_spec_fields, make_policy, policy_spec
 from train.schedule import adamw, learning_rate_factor, scaled_learning_rate
+from train.threads import ThreadShare
 
 RESUME_KEYS = (*EVALUATION_KEYS, "optimizer", "scheduler", "rng", "epoch")  # what a resume reads
 
@@ -103,8 +104,7 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
         rank, world_size = 0, 1
     master = rank == 0
     run = Path(config.out)
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    threads = ThreadShare(config.threads)
     if config.amp == "fp16" and device.type != "cuda":
         fail("--amp fp16 needs a GPU (a GradScaler guards its float16 gradients there); use --amp bf16 on CPU")
     if config.amp == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
@@ -248,10 +248,10 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
               f"{effective_batch} windows per step (the effective batch); lr {lr:.4g} ({config.lr:.4g} "
               f"for batch {config.base_batch}, scaling {config.lr_scaling}); amp {config.amp}, "
               f"comm hook {config.comm_hook if ddp else 'none (one process)'}, "
-              f"ema {config.ema_decay or 'off'}"
+              f"ema {config.ema_decay or 'off'}; {threads.describe()}"
               + (f"; {sync_batchnorm_layers} SyncBatchNorm layers" if sync_batchnorm_layers else "")
               + (f"; resumed from step {step}" if resumed else "") + (f"; {labeller}" if labeller else ""))
-    monitor = Monitor(run, config, start_step=step) if master else None
+    monitor = Monitor(run, config, start_step=step, oversubscription=threads.oversubscription) if master else None
     timer = StepTimer(policy, device)
 
     # ----- the loop ------------------------------------------------------------------------------------
@@ -259,6 +259,7 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
     window_loss, window_steps = 0.0, 0  # the logged loss is the mean over the log window
     batches = iter(train_loader)
     while step < until:
+        threads.refresh()
         optimizer.zero_grad(set_to_none=not ddp)  # under DDP, zeroed in place: the gradients stay bucket views
         step_loss = 0.0
         for micro_step in range(config.grad_accum):
@@ -336,6 +337,7 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
         gc.collect()
         if owns_process_group:
             dist.destroy_process_group()
+    threads.close()
     if master:
         monitor.close()
         print(f"done: {run / 'checkpoints' / 'last'}" if step > first_step
