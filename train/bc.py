@@ -235,6 +235,7 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
             content["scaler"] = scaler.state_dict()
         save_checkpoint(run, content, at_step, keep=config.keep_checkpoints)
 
+    threads.refresh(force=True)  # the other ranks have registered by now: the start line counts them
     if master:
         run.mkdir(parents=True, exist_ok=True)
         write_json_atomic(run / "config.json", {"config": vars(config), "policy_spec": spec.to_dict(),

@@ -96,17 +96,13 @@ class ThreadShare:
             atexit.register(self.close)
         except OSError:
             pass
-        self.threads = 0
+        self.threads, self.ranks = 0, self.local_ranks
         self.refresh(force=True)
 
-    @property
-    def ranks_on_host(self) -> int:
-        """The training ranks on this host, this job's included."""
-        return max(self.local_ranks, _registered_ranks())
-
-    def automatic(self) -> int:
-        """The share of the cores of each rank on this host, at least 1."""
-        return max(1, usable_cores() // self.ranks_on_host)
+    def count_ranks(self) -> int:
+        """The training ranks on this host, this job's included (kept as ``ranks``)."""
+        self.ranks = max(self.local_ranks, _registered_ranks())
+        return self.ranks
 
     def refresh(self, force: bool = False) -> int:
         """Count again (at most every ``RECOUNT_S`` unless ``force``) and set torch's threads; the count."""
@@ -114,7 +110,7 @@ class ThreadShare:
             threads = self.requested
         elif force or time.monotonic() >= self.next_count:
             self.next_count = time.monotonic() + RECOUNT_S
-            threads = self.automatic()
+            threads = max(1, usable_cores() // self.count_ranks())
         else:
             return self.threads
         if threads != self.threads:
@@ -126,12 +122,12 @@ class ThreadShare:
         """The count and where it came from, for a start line (``per`` rank, or per client)."""
         if self.requested:
             return f"{self.threads} torch thread(s) per {per} (--threads)"
-        return (f"{self.threads} torch thread(s) per {per} ({usable_cores()} cores / {self.ranks_on_host} "
+        return (f"{self.threads} torch thread(s) per {per} ({usable_cores()} cores / {self.ranks} "
                 "training ranks on this host)")
 
     def oversubscription(self) -> str:
         """A phrase naming thread oversubscription where this host's cores are oversubscribed, else ''."""
-        cores, ranks = usable_cores(), self.ranks_on_host
+        cores, ranks = usable_cores(), self.count_ranks()
         if self.threads * ranks > cores:
             return f"{ranks} training rank(s) x {self.threads} torch thread(s) oversubscribe the host's {cores} cores"
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
