@@ -35,6 +35,12 @@ the training device), batch 32 per rank, on a camera fleet collected for it. Its
 weak scaling >= 0.9, as for the mlp, and data wait under 10% of a 2-rank step
 (``data_wait_share``). It writes train_speed_image.json and its own table.
 
+``--case threads`` measures runs that share the host with no ``--threads`` (bc.py's own
+share of the cores, train/threads.py): ``2p_auto``, two 1-rank runs at once, whose slower
+one is held against ``1r1t`` alone, and ``2a_auto``, two torchrun agents of one rank each
+on loopback (``--nnodes=2``) against ``2r_auto``, one ``--standalone`` run of 2 ranks. Goals:
+each >= 0.8. It writes train_speed_threads.json and its own table.
+
 Where CUDA is available (never in CI) ``gpu_scaling`` measures the same on nccl: 1 GPU,
 and 2 GPUs when there are two. Other training measurements (our ACT against
 ``lerobot-train``: benchmarks/act_vs_lerobot.py) join ``main`` as further sections.
