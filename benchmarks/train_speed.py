@@ -106,7 +106,8 @@ def train_figures(data: Path, work: Path, ranks: int, threads: int, runs: int, r
     outs = [work / f"run{index}" for index in range(runs)]
     launchers = [[agent_command(ranks, "train-speed")] * ranks if agents else [None] for _ in outs]
     jobs = [start_training(data, out, ranks, threads, steps, log_interval, options, realtime=realtime,
-                           launcher=launcher) for out, agents_of_run in zip(outs, launchers) for launcher in agents_of_run]
+                           launcher=launcher)
+            for out, agents_of_run in zip(outs, launchers) for launcher in agents_of_run]
     try:
         for job in jobs:
             stderr = job.communicate()[1]
@@ -181,7 +182,8 @@ def threads_scaling(data: Path, work: Path, args) -> dict:
     """Runs sharing the host with no --threads: two 1-rank runs at once against one alone at 1 thread, and
     two torchrun agents of one rank each against one --standalone run of 2 ranks. Goals: each >= 0.8."""
     ratios = {
-        "each_of_two_runs_vs_one_alone": lambda r: r["2p_auto"]["slowest_run_samples_per_s"] / r["1r1t"]["samples_per_s"],
+        "each_of_two_runs_vs_one_alone":
+            lambda r: r["2p_auto"]["slowest_run_samples_per_s"] / r["1r1t"]["samples_per_s"],
         "two_agents_vs_standalone": lambda r: r["2a_auto"]["samples_per_s"] / r["2r_auto"]["samples_per_s"],
     }
     return scaling(THREAD_SETUPS, data, work, args, ratios)

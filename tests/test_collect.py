@@ -254,7 +254,8 @@ def test_unwritable_out_is_refused(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     completed = run_collect(blocker / "out", "--robots", "1", "--episodes", "1")
-    assert completed.returncode == 2 and f"--out {blocker / 'out'} lies under {blocker}, which is a file" in completed.stderr
+    assert completed.returncode == 2
+    assert f"--out {blocker / 'out'} lies under {blocker}, which is a file" in completed.stderr
 
 
 def test_a_different_collection_is_refused_without_overwrite(small_fleet, tmp_path):

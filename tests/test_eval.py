@@ -269,8 +269,8 @@ def _not_a_checkpoint(checkpoint, tmp_path):
     (_collection_without_seed, "the fleet seed is unknown (the manifest of its training collection "),
     pytest.param(lambda c, t: ["--checkpoint", c, "--device", "cuda"], "--device cuda: torch finds no CUDA GPU",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here")),
-], ids=["missing", "truncated", "foreign", "wrong-task", "schema", "no-checkpoint", "bad-option", "bad-offset", "bad-seed", "long-chunk",
-        "collection-moved", "no-manifest-seed", "no-gpu"])
+], ids=["missing", "truncated", "foreign", "wrong-task", "schema", "no-checkpoint", "bad-option", "bad-offset",
+        "bad-seed", "long-chunk", "collection-moved", "no-manifest-seed", "no-gpu"])
 def test_bad_checkpoints_and_options_are_refused(checkpoint, tmp_path, capsys, arguments, message):
     out = tmp_path / "eval"
     with pytest.raises(SystemExit) as exit_info:

@@ -56,7 +56,8 @@ def test_a_job_counts_its_own_local_ranks_and_threads_fixes_the_count(registry, 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert ThreadShare().threads == max(1, usable_cores() // 2)  # its other rank has not registered yet
     fixed = ThreadShare(requested=3)
-    assert fixed.threads == 3 == torch.get_num_threads() and fixed.describe() == "3 torch thread(s) per rank (--threads)"
+    assert fixed.threads == 3 == torch.get_num_threads()
+    assert fixed.describe() == "3 torch thread(s) per rank (--threads)"
     assert fixed.refresh(force=True) == 3
 
 

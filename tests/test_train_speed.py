@@ -38,8 +38,8 @@ def test_the_image_case_trains_the_cnn_on_cameras_and_reports_its_data_wait(came
 
 def test_the_threads_case_runs_two_runs_and_two_torchrun_agents_with_no_thread_option(pick_place_fleet, tmp_path):
     result = train_speed.main(["--case", "threads", "--data", str(pick_place_fleet), "--steps", "4", "--log-interval",
-                               "2", "--rounds", "1", "--results-dir", str(tmp_path), "--tables", str(tmp_path / "README.md"),
-                               "--", "--batch-size", "32", "--hidden", "32", "32"])
+                               "2", "--rounds", "1", "--results-dir", str(tmp_path),
+                               "--tables", str(tmp_path / "README.md"), "--", "--batch-size", "32", "--hidden", "32", "32"])
     scaling = result["threads_scaling"]
     assert scaling["setups"]["2p_auto"] == {"ranks": 1, "threads": 0, "runs": 2, "realtime": False, "agents": False}
     assert scaling["setups"]["2a_auto"] == {"ranks": 2, "threads": 0, "runs": 1, "realtime": False, "agents": True}
