@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +50,13 @@ def realtime_permitted() -> bool:
     return shutil.which("chrt") is not None and subprocess.run([*REALTIME, "true"], capture_output=True).returncode == 0
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def python_command(ranks: int = 1, torchrun: bool = False, realtime: bool = False) -> list[str]:
     """The start of a command that runs a Python script or module: under torchrun with ``ranks``
     processes when ``ranks > 1`` or ``torchrun`` (DDP with one rank), under ``REALTIME`` when ``realtime``."""
@@ -56,6 +64,14 @@ def python_command(ranks: int = 1, torchrun: bool = False, realtime: bool = Fals
     if ranks > 1 or torchrun:
         command += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
     return command
+
+
+def agent_command(ranks: int, name: str) -> list[str]:
+    """The start of the command of each of ``ranks`` torchrun agents of one rank on this host, as on ``ranks``
+    machines (``--nnodes``, c10d rendezvous on 127.0.0.1); start it ``ranks`` times."""
+    port = free_port()
+    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={ranks}", "--nproc-per-node=1",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={name}-{port}"]
 
 
 def rate(step: Callable[[], object], seconds: float, warmup: int = 20) -> float:

@@ -35,6 +35,12 @@ the training device), batch 32 per rank, on a camera fleet collected for it. Its
 weak scaling >= 0.9, as for the mlp, and data wait under 10% of a 2-rank step
 (``data_wait_share``). It writes train_speed_image.json and its own table.
 
+``--case threads`` measures runs that share the host with no ``--threads`` (bc.py's own
+share of the cores, train/threads.py): ``2p_auto``, two 1-rank runs at once, whose slower
+one is held against ``1r1t`` alone, and ``2a_auto``, two torchrun agents of one rank each
+on loopback (``--nnodes=2``) against ``2r_auto``, one ``--standalone`` run of 2 ranks. Goals:
+each >= 0.8. It writes train_speed_threads.json and its own table.
+
 Where CUDA is available (never in CI) ``gpu_scaling`` measures the same on nccl: 1 GPU,
 and 2 GPUs when there are two. Other training measurements (our ACT against
 ``lerobot-train``: benchmarks/act_vs_lerobot.py) join ``main`` as further sections.
@@ -55,40 +61,53 @@ import sim  # noqa: F401  (first: it selects headless rendering before mujoco lo
 
 import torch
 
-from benchmarks.common import (TORCHRUN_ENV, benchmark_parser, machine_facts, publish, python_command,
-                               realtime_permitted)
+from benchmarks.common import (TORCHRUN_ENV, agent_command, benchmark_parser, machine_facts, publish,
+                               python_command, realtime_permitted)
 from collect import CollectConfig
 from collect.engine import run_collection
 from train.monitor import read_records
 
 REPO = Path(__file__).resolve().parent.parent
-# name: (ranks per run, threads per rank, runs at once, under the real-time scheduler)
-CPU_SETUPS = {"1r1t": (1, 1, 1, False), "1r2t": (1, 2, 1, False), "2r1t": (2, 1, 1, False), "2p1t": (1, 1, 2, False)}
-REALTIME_SETUPS = {f"{name}_fifo": (*CPU_SETUPS[name][:3], True) for name in ("1r1t", "2r1t", "2p1t")}
+# name: (ranks per run, threads per rank (0: no --threads, bc.py's own share), runs at once, under the real-time
+# scheduler, one torchrun agent per rank (as on that many machines) instead of one --standalone torchrun)
+CPU_SETUPS = {"1r1t": (1, 1, 1, False, False), "1r2t": (1, 2, 1, False, False), "2r1t": (2, 1, 1, False, False),
+              "2p1t": (1, 1, 2, False, False)}
+REALTIME_SETUPS = {f"{name}_fifo": (*CPU_SETUPS[name][:3], True, False) for name in ("1r1t", "2r1t", "2p1t")}
+# --case threads: runs that share the host with no --threads, against one run alone
+THREAD_SETUPS = {"1r1t": CPU_SETUPS["1r1t"], "2p_auto": (1, 0, 2, False, False), "2r_auto": (2, 0, 1, False, False),
+                 "2a_auto": (2, 0, 1, False, True)}
 # case: (bc.py options, collect options, robots, episodes, steps, log interval), the defaults of each case
 CASES = {
     "mlp": ([], {}, 20, 10, 300, 50),
     "image": (["--policy", "cnn", "--inputs", "proprio+cameras", "--batch-size", "32"],
               {"cameras": ("front", "wrist"), "image_size": 96}, 6, 5, 100, 20),
+    "threads": ([], {}, 20, 10, 300, 50),
 }
 
 
 def start_training(data: Path, out: Path, ranks: int, threads: int, steps: int, log_interval: int,
-                   options: list[str], torchrun: bool = False, realtime: bool = False) -> subprocess.Popen:
+                   options: list[str], torchrun: bool = False, realtime: bool = False,
+                   launcher: list[str] | None = None) -> subprocess.Popen:
     """bc.py in the background, under torchrun when ``ranks > 1`` or ``torchrun`` (DDP with one rank), and
-    under the real-time scheduler when ``realtime``."""
-    command = [*python_command(ranks, torchrun, realtime), str(REPO / "train" / "bc.py"), "--data", str(data),
-               "--out", str(out), "--max-steps", str(steps), "--log-interval", str(log_interval),
-               "--checkpoint-interval", str(steps), "--threads", str(threads), "--no-resume", *options]
+    under the real-time scheduler when ``realtime``; or after ``launcher`` (a torchrun agent's command).
+    ``threads`` 0 gives no --threads (bc.py's own share of the cores)."""
+    command = [*(launcher or python_command(ranks, torchrun, realtime)), str(REPO / "train" / "bc.py"),
+               "--data", str(data), "--out", str(out), "--max-steps", str(steps), "--log-interval", str(log_interval),
+               "--checkpoint-interval", str(steps), *(["--threads", str(threads)] if threads else []), "--no-resume",
+               *options]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **TORCHRUN_ENV}, cwd=REPO)
 
 
-def train_figures(data: Path, work: Path, ranks: int, threads: int, runs: int, realtime: bool, steps: int,
-                  log_interval: int, options: list[str]) -> dict:
-    """``runs`` bc.py runs at once: samples/s (summed) and sync efficiency over the log windows after the first."""
+def train_figures(data: Path, work: Path, ranks: int, threads: int, runs: int, realtime: bool, agents: bool,
+                  steps: int, log_interval: int, options: list[str]) -> dict:
+    """``runs`` bc.py runs at once (each of ``ranks`` torchrun agents when ``agents``): samples/s (summed, and
+    the slowest run's) and sync efficiency over the log windows after the first."""
     outs = [work / f"run{index}" for index in range(runs)]
-    jobs = [start_training(data, out, ranks, threads, steps, log_interval, options, realtime=realtime) for out in outs]
+    launchers = [[agent_command(ranks, "train-speed")] * ranks if agents else [None] for _ in outs]
+    jobs = [start_training(data, out, ranks, threads, steps, log_interval, options, realtime=realtime,
+                           launcher=launcher)
+            for out, agents_of_run in zip(outs, launchers) for launcher in agents_of_run]
     try:
         for job in jobs:
             stderr = job.communicate()[1]
@@ -103,7 +122,8 @@ def train_figures(data: Path, work: Path, ranks: int, threads: int, runs: int, r
     shutil.rmtree(work)
     if not all(windows):
         raise ValueError(f"--steps {steps} leaves no log window after the first (log interval {log_interval})")
-    return window_figures(windows)
+    slowest = min(window_figures([run])["samples_per_s"] for run in windows)
+    return window_figures(windows) | {"slowest_run_samples_per_s": slowest}
 
 
 def measured_windows(run: Path) -> list[dict]:
@@ -129,7 +149,8 @@ def scaling(setups: dict[str, tuple[int, int, int, bool]], data: Path, work: Pat
                for name, setup in setups.items()} for _ in range(args.rounds)]
     best = {name: max(rounds, key=lambda r: r[name]["samples_per_s"])[name] for name in setups}
     return {
-        "setups": {name: dict(zip(("ranks", "threads", "runs", "realtime"), setup)) for name, setup in setups.items()},
+        "setups": {name: dict(zip(("ranks", "threads", "runs", "realtime", "agents"), setup))
+                   for name, setup in setups.items()},
         "best": {name: {key: round(value, 4) for key, value in figures.items()} for name, figures in best.items()},
         "rounds": rounds,
         "ratios": {name: round(statistics.median(ratio(r) for r in rounds), 3) for name, ratio in ratios.items()},
@@ -157,24 +178,48 @@ def cpu_scaling(data: Path, work: Path, args, realtime: bool) -> dict:
     return scaling(CPU_SETUPS | (REALTIME_SETUPS if realtime else {}), data, work, args, ratios)
 
 
+def threads_scaling(data: Path, work: Path, args) -> dict:
+    """Runs sharing the host with no --threads: two 1-rank runs at once against one alone at 1 thread, and
+    two torchrun agents of one rank each against one --standalone run of 2 ranks. Goals: each >= 0.8."""
+    ratios = {
+        "each_of_two_runs_vs_one_alone":
+            lambda r: r["2p_auto"]["slowest_run_samples_per_s"] / r["1r1t"]["samples_per_s"],
+        "two_agents_vs_standalone": lambda r: r["2a_auto"]["samples_per_s"] / r["2r_auto"]["samples_per_s"],
+    }
+    return scaling(THREAD_SETUPS, data, work, args, ratios)
+
+
 def gpu_scaling(data: Path, work: Path, args) -> dict | None:
     """1 GPU, and 2 GPUs (nccl) when there are two; None without CUDA."""
     if not torch.cuda.is_available():
         return None
     threads = max(1, (os.cpu_count() or 2) // 2)
-    setups = {"1gpu": (1, threads, 1, False)}
+    setups = {"1gpu": (1, threads, 1, False, False)}
     ratios = {}
     if torch.cuda.device_count() >= 2:
-        setups["2gpu"] = (2, threads, 1, False)
+        setups["2gpu"] = (2, threads, 1, False, False)
         ratios["weak_scaling_efficiency"] = lambda r: r["2gpu"]["samples_per_s"] / (2 * r["1gpu"]["samples_per_s"])
     return scaling(setups, data, work, args, ratios) | {"gpus": torch.cuda.device_count(),
                                                         "gpu": torch.cuda.get_device_name(0)}
 
 
+def threads_table(machine: dict, job: str, options: str, steps: int, scaling: dict) -> tuple[list[str], list[list]]:
+    """The header and row of the threads case's table."""
+    best, ratios = scaling["best"], scaling["ratios"]
+    header = ["date", "code", "device", "job", "bc.py options", "steps", "1 run x1 samples/s",
+              "2 runs, slowest samples/s", "each of 2 runs / 1 alone", "2 ranks standalone samples/s",
+              "2 agents samples/s", "2 agents / standalone"]
+    return header, [[machine["date"], machine["code_version"], "cpu (gloo)", job, options, steps,
+                     round(best["1r1t"]["samples_per_s"]), round(best["2p_auto"]["slowest_run_samples_per_s"]),
+                     f"{ratios['each_of_two_runs_vs_one_alone']:.2f}", round(best["2r_auto"]["samples_per_s"]),
+                     round(best["2a_auto"]["samples_per_s"]), f"{ratios['two_agents_vs_standalone']:.2f}"]]
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--data", type=Path, help="train on this fleet store instead of collecting one")
-    parser.add_argument("--case", choices=CASES, default="mlp", help="the default mlp, or the cnn on cameras")
+    parser.add_argument("--case", choices=CASES, default="mlp",
+                        help="the default mlp, the cnn on cameras, or the mlp's runs sharing the host (threads)")
     parser.add_argument("--robots", type=int, help="robots collected (mlp 20, image 6)")
     parser.add_argument("--episodes", type=int, help="episodes per robot (mlp 10, image 5)")
     parser.add_argument("--task", default="pick_place")
@@ -201,8 +246,11 @@ def main(argv: list[str] | None = None) -> dict:
             run_collection(CollectConfig(robots=args.robots, episodes=args.episodes, task=args.task, out=str(data),
                                          quiet=True, **collect_options))
         realtime = not args.no_realtime and realtime_permitted()
-        cpu = None if args.no_cpu else cpu_scaling(data, work, args, realtime)
-        gpu = gpu_scaling(data, work, args)
+        if args.case == "threads":
+            cpu, gpu = threads_scaling(data, work, args), None
+        else:
+            cpu = None if args.no_cpu else cpu_scaling(data, work, args, realtime)
+            gpu = gpu_scaling(data, work, args)
     finally:
         shutil.rmtree(work)
 
@@ -214,6 +262,9 @@ def main(argv: list[str] | None = None) -> dict:
               "job": {key: value for key, value in vars(args).items() if key not in ("results_dir", "tables")}
               | {"data": str(args.data) if args.data else None},
               f"{args.case}_scaling": cpu, "gpu_scaling": gpu}
+    if args.case == "threads":
+        publish(name, result, *threads_table(machine, job, options, args.steps, cpu), args)
+        return result
     header = ["date", "code", "device", "job", "bc.py options", "steps", "1 rank x1 samples/s", "1 rank x2 samples/s",
               "2 ranks samples/s", "2 procs samples/s", "sync eff 2 ranks", "weak scaling", "machine 2 procs",
               "2 ranks / 2 procs", "2 ranks / 1 rank x2", "sync eff 2 ranks (fifo)", "weak scaling (fifo)",

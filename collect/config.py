@@ -33,6 +33,7 @@ class CollectConfig:
     def __post_init__(self):
         check_options(self, ("robots", "episodes", "workers", "image_size", "flush_frames"),
                       lambda value: value >= 1, "must be at least 1")
+        check_options(self, ("seed",), lambda value: value >= 0, "must not be negative")
         self.cameras = tuple(dict.fromkeys(self.cameras))  # once each: a rerun naming a camera twice matches
 
     def data_config(self) -> dict:

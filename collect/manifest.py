@@ -21,7 +21,7 @@ from collect.config import CollectConfig
 from collect.shard import SCHEMA_VERSION, read_progress, store_name
 from collect.worker import RobotReport
 from sim.fleet import RobotProfile
-from sim.shared import code_version, write_json_atomic
+from sim.shared import check_output_directory, code_version, write_json_atomic
 from sim.tasks import TaskSpec
 
 MANIFEST = "manifest.json"
@@ -87,12 +87,11 @@ def _check_compatible(out: Path, config: CollectConfig, features: dict) -> None:
 
 
 def check_output(out: Path, config: CollectConfig, features: dict) -> None:
-    """Refuse an OUT that is a file, holds something else, or holds a different collection.
+    """Refuse an OUT that is (or lies under) a file, holds something else, or holds a different collection.
 
     Reads only: nothing is written before every check has passed.
     """
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file, not a directory")
+    check_output_directory(out)
     has_content = out.is_dir() and any(out.iterdir())
     if has_content and not (out / MANIFEST).exists():
         raise ValueError(f"--out {out} is not empty and is not a RoboFleet collection; refusing to write there")

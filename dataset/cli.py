@@ -22,7 +22,7 @@ import numpy as np
 from collect.shard import store_bytes
 from dataset.fleet_store import FleetStore
 from dataset.stats import fleet_stats
-from sim.shared import fail, parse_subcommand, warn
+from sim.shared import check_output_directory, fail, parse_subcommand, warn
 
 CORRUPT_EXIT = 1
 
@@ -66,6 +66,9 @@ class ExportConfig:
     repo_id: str | None = field(default=None, metadata={"help": "dataset repo id (default: robofleet/<store name>)"})
     videos: bool = field(default=False, metadata={"help": "encode cameras as video (lossy) instead of images"})
 
+    def __post_init__(self):
+        check_output_directory(self.root, "ROOT")
+
 
 @dataclass
 class ImportConfig:
@@ -75,6 +78,9 @@ class ImportConfig:
     out: str = field(metadata={"positional": True, "help": "fleet store directory to create"})
     repo_id: str | None = field(default=None, metadata={"help": "dataset repo id (default: from the root's name)"})
     overwrite: bool = field(default=False, metadata={"help": "replace an existing OUT"})
+
+    def __post_init__(self):
+        check_output_directory(self.out, "OUT", replaceable=self.overwrite)
 
 
 def _open(path: str) -> FleetStore:

@@ -41,6 +41,8 @@ class EvalConfig:
         if self.n_action_steps is not None:
             check_options(self, ("n_action_steps",), lambda value: value >= 1, "must be at least 1")
         check_options(self, ("robot_offset", "episode_offset", "videos"), lambda value: value >= 0, "must be at least 0")
+        if self.seed is not None:
+            check_options(self, ("seed",), lambda value: value >= 0, "must not be negative")
         if self.expert and self.compare:
             raise ValueError("--expert evaluates the expert alone and --compare evaluates both: choose one")
         if self.checkpoint is None and not (self.expert and self.task):

@@ -7,13 +7,18 @@
 
 A run builds its output in a hidden staging directory beside EVAL (workers write the
 videos there) and renames it into place only once everything is written, so EVAL
-holds a whole evaluation or nothing: an interrupted or failed run leaves no trace.
+holds a whole evaluation or nothing: an interrupted or failed run leaves no trace. A killed
+one (SIGKILL, a lost machine) leaves its staging directory, named after its process and
+host; the next run for the same EVAL removes those whose process is gone.
 """
 
 from __future__ import annotations
 
 import csv
+import glob
+import os
 import shutil
+import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,16 +29,16 @@ import matplotlib
 matplotlib.use("Agg")  # no display on workers and CI
 import matplotlib.pyplot as plt  # noqa: E402
 
-from sim.shared import write_json_atomic  # noqa: E402
+from sim.shared import check_output_directory, warn, write_json_atomic  # noqa: E402
 
 EVAL_INFO = "eval_info.json"
 SITE_COLOURS = {"office": "tab:orange", "warehouse": "tab:brown", "factory": "tab:blue"}
 
 
 def check_out(out: Path, overwrite: bool) -> None:
-    """Refuse an EVAL that is a file, holds something else, or holds an evaluation (without --overwrite)."""
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file, not a directory")
+    """Refuse an EVAL that is (or lies under) a file, holds something else, or holds an evaluation (without
+    --overwrite)."""
+    check_output_directory(out)
     if not (out.is_dir() and any(out.iterdir())):
         return
     if not (out / EVAL_INFO).exists():
@@ -42,12 +47,46 @@ def check_out(out: Path, overwrite: bool) -> None:
         raise ValueError(f"--out {out} already holds an evaluation; use --overwrite or another --out")
 
 
+def _staging_prefix(out: Path) -> str:
+    return f".{out.name}.staging-"
+
+
+def _run_alive(directory: Path, prefix: str) -> bool:
+    """Whether the run that made a staging directory may still be writing it: a live process of this host, or
+    one of another host (a shared filesystem), or a name this module did not make."""
+    owner = directory.name[len(prefix):].rpartition(".")[0]  # "PID@HOST"; mkdtemp's random part follows a dot
+    pid, _, host = owner.partition("@")
+    if not pid.isdigit() or host != socket.gethostname():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        pass
+    return True
+
+
+def clean_staging(out: Path) -> int:
+    """Remove the staging directories that killed runs for ``out`` left beside it; how many. Those of live
+    runs, and other outputs' ones, stay."""
+    prefix = _staging_prefix(out)
+    stale = [d for d in out.parent.glob(glob.escape(prefix) + "*") if d.is_dir() and not _run_alive(d, prefix)]
+    for directory in stale:
+        shutil.rmtree(directory, ignore_errors=True)
+    return len(stale)
+
+
 @contextmanager
 def staging(out: Path) -> Iterator[Path]:
-    """A fresh directory beside ``out`` to build the output in; removed unless published."""
+    """A fresh directory beside ``out`` to build the output in; removed unless published. The ones killed
+    runs left for ``out`` are removed first, with a warning."""
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        directory = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.staging-"))
+        if cleaned := clean_staging(out):
+            warn(f"removed {cleaned} unfinished output(s) of killed evaluate runs beside --out {out}")
+        owner = f"{os.getpid()}@{socket.gethostname()}."
+        directory = Path(tempfile.mkdtemp(dir=out.parent, prefix=_staging_prefix(out) + owner))
     except OSError as error:
         raise ValueError(f"cannot write to --out {out}: {error.strerror}") from None
     try:

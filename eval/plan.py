@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from collect.schema import features_of
 from dataset import FleetStore
 from dataset.chunks import DataError, read_rows
@@ -156,6 +158,31 @@ def trained_seeds(store: FleetStore, robot_id: int) -> set[int]:
     return set(read_rows(shard, "meta/episode_seed", 0, shard.num_episodes).tolist())
 
 
+def _fleet_seed(config: EvalConfig, checkpoint: Checkpoint | None, store: FleetStore | None) -> tuple[int, str]:
+    """The fleet seed and where it came from: ``--seed``, the training collection's manifest, the
+    checkpoint's record of it (ours record it from that manifest; a LeRobot export's sidecar), or 0
+    for the expert alone. A policy whose collection's seed is unknown is a ``ValueError``: a guess
+    would put other robots and seeds under its name."""
+    if config.seed is not None:
+        return config.seed, "--seed"
+    if store is not None and (store.manifest or {}).get("seed") is not None:
+        return int(store.manifest["seed"]), f"the training collection {repo_relative(store.path)}"
+    if checkpoint is None:
+        return 0, "the default (0), for the expert alone"
+    if checkpoint.fleet_seed is not None:
+        return int(checkpoint.fleet_seed), ("the LeRobot policy's training export (meta/robofleet.json)"
+                                            if checkpoint.format == "lerobot" else "the checkpoint's record of "
+                                            "its training collection")
+    data = checkpoint.data
+    if not data:
+        why = "the checkpoint does not record its training collection"
+    elif store is None:
+        why = f"its training collection {data} is not on disk"
+    else:
+        why = f"the manifest of its training collection {data} records no seed"
+    raise ValueError(f"the fleet seed is unknown ({why}): give --seed, the fleet seed the collection was made with")
+
+
 def held_out_seeds(fleet_seed: int, robot_id: int, episodes: int, exclude: set[int] = frozenset(),
                    first: int = 0) -> list[int]:
     """``episodes`` seeds of the evaluation stream for one robot from index ``first`` on, skipping any in ``exclude``."""
@@ -170,20 +197,13 @@ def held_out_seeds(fleet_seed: int, robot_id: int, episodes: int, exclude: set[i
 
 def make_plan(config: EvalConfig) -> EvalPlan:
     """Check the checkpoint against the task and env, and settle robots and seeds (see the module docstring)."""
+    if config.device == "cuda" and config.scheduler is None and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch finds no CUDA GPU on this machine; use --device cpu (or auto)")
     checkpoint = _load(config.checkpoint, config.n_action_steps) if config.checkpoint else None
     task, spec = _task(config, checkpoint)
     cameras, image_size = _cameras(checkpoint)
     store = _training_store(checkpoint)
-    if config.seed is not None:
-        fleet_seed, seeds_from = config.seed, "--seed"
-    elif store is not None and store.manifest and store.manifest.get("seed") is not None:
-        fleet_seed, seeds_from = int(store.manifest["seed"]), f"the training collection {repo_relative(store.path)}"
-    elif checkpoint is not None and checkpoint.fleet_seed is not None:
-        fleet_seed = int(checkpoint.fleet_seed)
-        seeds_from = ("the LeRobot policy's training export (meta/robofleet.json)" if checkpoint.format == "lerobot"
-                      else "the checkpoint's record of its training collection")
-    else:
-        fleet_seed, seeds_from = 0, "the default (0)"
+    fleet_seed, seeds_from = _fleet_seed(config, checkpoint, store)
     robots = [make_robot(k, fleet_seed) for k in range(config.robot_offset, config.robot_offset + config.robots)]
 
     try:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -56,7 +55,7 @@ import sim  # noqa: F401  (first: headless rendering before mujoco loads)
 import torch
 import torch.distributed as dist
 
-from benchmarks.common import TORCHRUN_ENV, machine_facts, python_command, write_results
+from benchmarks.common import TORCHRUN_ENV, agent_command, machine_facts, python_command, write_results
 from benchmarks.gloo_latency import call_statistics, collectives
 from benchmarks.train_speed import window_figures
 from collect import CollectConfig
@@ -240,22 +239,13 @@ def measure_transports(config: ScalingConfig, out: Path) -> dict:
 # ----- training runs ----------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def launchers(run: Run) -> list[list[str]]:
     """The command start of each process ``run`` needs (one, or one torchrun agent per rank)."""
     if run.launch in ("plain", "pair"):
         return [[sys.executable]] * (2 if run.launch == "pair" else 1)
     if run.launch == "standalone":
         return [python_command(run.ranks, torchrun=True)]
-    port = free_port()
-    agent = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={run.ranks}", "--nproc-per-node=1",
-             "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id=compute-scaling-{port}"]
-    return [agent] * run.ranks
+    return [agent_command(run.ranks, "compute-scaling")] * run.ranks
 
 
 def batch_size(config: ScalingConfig, policy: str) -> int:

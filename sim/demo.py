@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from sim.fleet import episode_seed, make_fleet
 from sim.rollout import run_episode
-from sim.shared import fail, parse_config, progress_bar
+from sim.shared import check_options, fail, parse_config, progress_bar
 from sim.tasks import resolve_task
 
 
@@ -25,6 +25,7 @@ class DemoConfig:
     def __post_init__(self):
         if self.robots < 1 or self.episodes < 1:
             raise ValueError("--robots and --episodes must be at least 1")
+        check_options(self, ("seed",), lambda value: value >= 0, "must not be negative")
 
 
 def run_demo(config: DemoConfig) -> dict[str, dict[int, list[bool]]]:

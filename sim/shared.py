@@ -135,6 +135,18 @@ class Failure(SystemExit):
         self.message = message
 
 
+def check_output_directory(path: str | Path, name: str = "--out", replaceable: bool = False) -> None:
+    """Refuse ``path`` as a directory to make where a file is in the way: ``path`` itself (unless
+    ``replaceable``: the command replaces it) or a folder above it. Raises ``ValueError`` naming ``name``."""
+    path = Path(path)
+    for ancestor in (path, *path.parents):
+        if ancestor.is_dir():
+            return
+        if ancestor.exists() and not (replaceable and ancestor == path):
+            where = "is a file" if ancestor == path else f"lies under {ancestor}, which is a file"
+            raise ValueError(f"{name} {path} {where}, not a directory")
+
+
 def fail(message: str, code: int = 2) -> typing.NoReturn:
     """Exit with a one-line error, the way every RoboFleet command reports bad input."""
     print(f"error: {message}", file=sys.stderr)

@@ -239,6 +239,7 @@ def test_keep_failures_stores_them_flagged(tmp_path):
         (["--cameras", "ceiling"], "unknown camera"),
         (["--workers", "0"], "--workers must be at least 1"),
         (["--seed", "many"], "argument --seed: invalid int value: 'many' (see --help)"),  # argparse's own check
+        (["--seed", "-1"], "--seed must not be negative, got -1"),
     ],
 )
 def test_bad_arguments_fail_with_one_line_and_write_nothing(tmp_path, arguments, message):
@@ -253,7 +254,8 @@ def test_unwritable_out_is_refused(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     completed = run_collect(blocker / "out", "--robots", "1", "--episodes", "1")
-    assert completed.returncode != 0 and "cannot write to --out" in completed.stderr
+    assert completed.returncode == 2
+    assert f"--out {blocker / 'out'} lies under {blocker}, which is a file" in completed.stderr
 
 
 def test_a_different_collection_is_refused_without_overwrite(small_fleet, tmp_path):

@@ -1,6 +1,7 @@
 """train/distill.py: a student learns the teacher's actions, DAgger rounds write valid stores, bad inputs fail."""
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from eval.plan import make_plan
 from eval.rollout import evaluate_robot
 from train import distill
 from train.checkpoint import load_policy, open_checkpoint
+from fault_helpers import flip_byte
 from train_helpers import metrics, train
 
 
@@ -89,6 +91,14 @@ def test_bad_teachers_are_one_line_errors(pick_place_fleet, camera_fleet, teache
     assert "a diffusion student is not supported" in one_line_error(
         capsys, "--teacher", teacher, "--data", pick_place_fleet, "--out", tmp_path / "d", "--policy", "diffusion")
     assert not any((tmp_path / name).exists() for name in "abcd")  # nothing was written
+
+
+def test_a_damaged_store_is_one_line(pick_place_fleet, teacher, tmp_path, capsys):
+    fleet = shutil.copytree(pick_place_fleet, tmp_path / "fleet")
+    flip_byte(fleet / "robot_0001.zarr" / "data" / "action" / "c.0.0")
+    error = one_line_error(capsys, "--teacher", teacher, "--data", fleet, "--out", tmp_path / "student")
+    assert "robot_0001.zarr data/action chunk c.0.0" in error and f"dataset verify {fleet} --repair" in error
+    assert not (tmp_path / "student").exists()
 
 
 def test_a_student_larger_than_its_teacher_is_warned_of(pick_place_fleet, teacher, tmp_path):

@@ -2,7 +2,9 @@
 
 import csv
 import json
+import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -13,6 +15,7 @@ import pytest
 import torch
 
 from collect_helpers import REPO, collected, subprocess_env
+from fault_helpers import assert_one_line
 from dataset import FleetStore
 from eval import EvalConfig, run_evaluation
 from eval.cli import main as evaluate_main
@@ -226,6 +229,26 @@ def _other_schema(checkpoint, tmp_path):
     return ["--checkpoint", content.write(tmp_path / "schema")]
 
 
+def _collection_moved(checkpoint, tmp_path, recorded: bool = False):
+    """The checkpoint, its training collection moved away; without its record of that collection's
+    fleet seed unless ``recorded`` (as a converted old-format checkpoint)."""
+    content = open_checkpoint(checkpoint)
+    content.data = str(tmp_path / "moved")
+    if not recorded:
+        content.identity = None
+    return ["--checkpoint", content.write(tmp_path / "moved")]
+
+
+def _collection_without_seed(checkpoint, tmp_path):
+    content = open_checkpoint(checkpoint)
+    data = shutil.copytree(sim.shared.from_repo(content.data), tmp_path / "data")
+    manifest = json.loads((data / "manifest.json").read_text())
+    del manifest["seed"]
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    content.data = str(data)
+    return ["--checkpoint", content.write(tmp_path / "unseeded")]
+
+
 def _not_a_checkpoint(checkpoint, tmp_path):
     (tmp_path / "foreign").mkdir()
     (tmp_path / "foreign" / "checkpoint.json").write_text('{"model": {}}')
@@ -241,9 +264,15 @@ def _not_a_checkpoint(checkpoint, tmp_path):
     (lambda c, t: [], "--checkpoint is required"),
     (lambda c, t: ["--checkpoint", c, "--episodes", "0"], "--episodes must be at least 1"),
     (lambda c, t: ["--checkpoint", c, "--episode-offset", "-1"], "--episode-offset must be at least 0"),
+    (lambda c, t: ["--checkpoint", c, "--seed", "-1"], "--seed must not be negative, got -1"),
     (lambda c, t: ["--checkpoint", c, "--n-action-steps", "17"],
      "--n-action-steps 17 is longer than the mlp policy's chunk of 16 actions"),
-], ids=["missing", "truncated", "foreign", "wrong-task", "schema", "no-checkpoint", "bad-option", "bad-offset", "long-chunk"])
+    (_collection_moved, "the fleet seed is unknown (its training collection "),
+    (_collection_without_seed, "manifest.json is not a RoboFleet manifest: it lacks seed"),
+    pytest.param(lambda c, t: ["--checkpoint", c, "--device", "cuda"], "--device cuda: torch finds no CUDA GPU",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here")),
+], ids=["missing", "truncated", "foreign", "wrong-task", "schema", "no-checkpoint", "bad-option", "bad-offset",
+        "bad-seed", "long-chunk", "collection-moved", "no-manifest-seed", "no-gpu"])
 def test_bad_checkpoints_and_options_are_refused(checkpoint, tmp_path, capsys, arguments, message):
     out = tmp_path / "eval"
     with pytest.raises(SystemExit) as exit_info:
@@ -252,6 +281,33 @@ def test_bad_checkpoints_and_options_are_refused(checkpoint, tmp_path, capsys, a
     error = capsys.readouterr().err.strip()
     assert message in error and error.count("\n") == 0
     assert not out.exists() and not list(tmp_path.glob(".eval.*"))
+
+
+def test_a_given_or_recorded_fleet_seed_stands_in_for_a_collection_that_is_gone(checkpoint, tmp_path):
+    plan = make_plan(EvalConfig(checkpoint=str(_collection_moved(checkpoint, tmp_path)[1]), robots=1, seed=0))
+    assert (plan.fleet_seed, plan.seeds_from) == (0, "--seed")
+    assert plan.held_out == "evaluate seed stream (disjoint from the collect stream)"
+    recorded = _collection_moved(checkpoint, tmp_path / "recorded", recorded=True)[1]
+    plan = make_plan(EvalConfig(checkpoint=str(recorded), robots=1))
+    assert (plan.fleet_seed, plan.seeds_from) == (0, "the checkpoint's record of its training collection")
+
+
+def test_the_next_evaluate_removes_what_killed_runs_left_beside_its_output(tmp_path, capsys):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    host = socket.gethostname()
+    killed = tmp_path / f".eval.staging-{dead.stdout.strip()}@{host}.abc123"  # as a SIGKILLed run leaves it
+    killed.mkdir()
+    (killed / "eval_info.json").write_text("{}")
+    running = tmp_path / f".eval.staging-{os.getpid()}@{host}.def456"  # a run still writing
+    other_host = tmp_path / f".eval.staging-{dead.stdout.strip()}@elsewhere.ghi789"  # on a shared filesystem
+    other_output = tmp_path / f".eval2.staging-{dead.stdout.strip()}@{host}.jkl012"
+    for directory in (running, other_host, other_output):
+        directory.mkdir()
+    run_evaluation(EvalConfig(expert=True, task="reach", robots=1, episodes=1, out=str(tmp_path / "eval"),
+                              workers=1, quiet=True))
+    assert not killed.exists() and running.is_dir() and other_host.is_dir() and other_output.is_dir()
+    assert_one_line(capsys.readouterr().err, "warning: removed 1 unfinished output(s) of killed evaluate runs")
+    assert (tmp_path / "eval" / "eval_info.json").is_file()
 
 
 def test_an_output_directory_is_replaced_only_when_it_holds_an_evaluation(tmp_path):

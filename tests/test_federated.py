@@ -54,6 +54,18 @@ def test_fedavg_of_identical_clients_is_that_client(pick_place_fleet, tmp_path):
     assert torch.equal(server.weights, expected)
 
 
+def test_a_client_trains_on_the_threads_the_server_gives_it(pick_place_fleet, tmp_path):
+    server = server_for(configure(pick_place_fleet, tmp_path / "run"))
+    server.client_threads = 1  # run_federated sets the local cluster's share of the cores (train/threads.py)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        train_client(server.job(1, round_index=1), server.weights.numpy())
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_server_momentum_steps_along_the_running_sum_of_mean_deltas(pick_place_fleet, tmp_path):
     server = server_for(configure(pick_place_fleet, tmp_path / "run", "--server-momentum", "0.5",
                                   "--server-lr", "0.1"))

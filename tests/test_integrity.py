@@ -17,6 +17,7 @@ from eval.cli import main as evaluate_main
 from sim.shared import REPO
 from train.bc import main as bc_main
 from train.checkpoint import checkpoint_dir, open_checkpoint
+from train.distill import main as distill_main
 from train.federated import main as federated_main
 from fault_helpers import assert_one_line, exit_code_of, flip_byte, truncate
 from train_helpers import QUICK, train
@@ -142,11 +143,18 @@ def test_evaluate_stops_when_the_training_collections_episode_ends_are_damaged(f
                     f"dataset verify {fleet} --repair")
 
 
-def test_an_out_that_is_a_file_is_one_line_in_both_training_commands(pick_place_fleet, tmp_path, capsys):
+def test_an_out_that_is_a_file_or_lies_under_one_is_one_line_in_every_command(pick_place_fleet, tmp_path, capsys):
     file = tmp_path / "notes.txt"
     file.write_text("mine")
-    message = f"error: --out {file} is a file, not a directory"
-    for main, options in TRAINING:
-        assert exit_code_of(main, ["--data", pick_place_fleet, "--out", file, *options]) == 2
-        assert_one_line(capsys.readouterr().err, message)
-    assert file.read_text() == "mine"
+    commands = [(main, ["--data", pick_place_fleet, *options], "--out") for main, options in TRAINING] + [
+        (distill_main, ["--data", pick_place_fleet, "--teacher", tmp_path / "teacher"], "--out"),
+        (collect_main, ["--robots", "1", "--episodes", "1", "--quiet"], "--out"),
+        (evaluate_main, ["--expert", "--task", "reach", "--quiet"], "--out"),
+        (dataset_main, ["export-lerobot", pick_place_fleet], "ROOT"),
+        (dataset_main, ["import-lerobot", tmp_path / "lerobot"], "OUT")]
+    for out, where in ((file, "is a file"), (file / "sub", f"lies under {file}, which is a file")):
+        for main, arguments, name in commands:
+            placed = [*arguments, out] if name != "--out" else [*arguments, "--out", out]
+            assert exit_code_of(main, placed) == 2, (main, placed)
+            assert_one_line(capsys.readouterr().err, f"error: {name} {out} {where}, not a directory")
+    assert file.read_text() == "mine" and not list(tmp_path.glob(".notes*"))

@@ -60,6 +60,10 @@ def test_a_lerobot_policy_wanting_what_the_env_lacks_is_one_line(tmp_path, capsy
     assert_one_line(capsys.readouterr().err, "the LeRobot policy does not name its task", "give --task")
     arguments = ["--checkpoint", tmp_path / "top_camera", "--task", "pick_place", "--out", tmp_path / "eval"]
     assert exit_code_of(evaluate_main, arguments) == 2
+    assert_one_line(capsys.readouterr().err, "the fleet seed is unknown (the checkpoint does not record its training "
+                    "collection): give --seed")
+    arguments += ["--seed", "0"]
+    assert exit_code_of(evaluate_main, arguments) == 2
     assert_one_line(capsys.readouterr().err, "cannot make the pick_place env with the policy's cameras "
                     "(observation.images.top): ValueError: unknown camera(s) ['top']")
     assert exit_code_of(evaluate_main, [*arguments, "--n-action-steps", "101"]) == 2

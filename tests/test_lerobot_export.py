@@ -66,15 +66,16 @@ def test_an_exported_policy_loads_in_lerobot_and_acts_as_ours(kind, camera_fleet
 
     if kind == "act":  # deterministic at inference (diffusion draws its noise in each worker: matched above)
         # evaluate runs the export through lerobot's API (eval/lerobot_policy.py): the same episodes as our run
+        # the export records no training collection: its fleet seed is given
         ours, theirs = (run_evaluation(EvalConfig(checkpoint=str(path), task=task, robots=2, episodes=2, batch=2,
-                                                  workers=1, out=str(tmp_path / name), quiet=True))
+                                                  seed=0, workers=1, out=str(tmp_path / name), quiet=True))
                         for path, task, name in ((run, None, "ours"), (out, "reach", "theirs")))
         assert (ours["checkpoint"]["format"], theirs["checkpoint"]["format"]) == ("robofleet", "lerobot")
         episodes = [[(e["seed"], e["success"], e["steps"]) for e in info["per_episode"]] for info in (ours, theirs)]
         assert episodes[0] == episodes[1]
     else:  # evaluate plans the export as it plans our run: same kind, chunk, cameras and seeds
         ours_plan, theirs_plan = make_plan(EvalConfig(checkpoint=str(run))), make_plan(EvalConfig(checkpoint=str(out),
-                                                                                                  task="reach"))
+                                                                                                  task="reach", seed=0))
         assert theirs_plan.checkpoint_info["format"] == "lerobot"
         for key in ("policy", "n_action_steps"):
             assert theirs_plan.checkpoint_info[key] == ours_plan.checkpoint_info[key]

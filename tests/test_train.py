@@ -105,6 +105,8 @@ def test_two_torchrun_ranks_end_with_identical_weights(pick_place_fleet, tmp_pat
     (["--lr", "-1"], "--lr must be positive, got -1.0"),
     (["--grad-clip", "-0.5"], "--grad-clip must not be negative"),
     (["--hidden", "256", "0"], "--hidden widths must be at least 1, got 256 0"),
+    (["--hidden"], "--hidden needs at least one width"),  # none would train a linear model
+    (["--seed", "-1"], "--seed must not be negative, got -1"),
     (["--max-steps", "ten"], "bc.py: error: argument --max-steps: invalid int value: 'ten' (see --help)"),
 ])
 def test_bad_input_is_one_line_and_nonzero(pick_place_fleet, tmp_path, arguments, message):

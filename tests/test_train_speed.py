@@ -36,6 +36,21 @@ def test_the_image_case_trains_the_cnn_on_cameras_and_reports_its_data_wait(came
     assert "--policy cnn --inputs proprio+cameras --batch-size 32 --batch-size 8" in table
 
 
+def test_the_threads_case_runs_two_runs_and_two_torchrun_agents_with_no_thread_option(pick_place_fleet, tmp_path):
+    result = train_speed.main(["--case", "threads", "--data", str(pick_place_fleet), "--steps", "4", "--log-interval",
+                               "2", "--rounds", "1", "--results-dir", str(tmp_path),
+                               "--tables", str(tmp_path / "README.md"), "--", "--batch-size", "32", "--hidden", "32", "32"])
+    scaling = result["threads_scaling"]
+    assert scaling["setups"]["2p_auto"] == {"ranks": 1, "threads": 0, "runs": 2, "realtime": False, "agents": False}
+    assert scaling["setups"]["2a_auto"] == {"ranks": 2, "threads": 0, "runs": 1, "realtime": False, "agents": True}
+    best = scaling["best"]
+    assert best["2p_auto"]["slowest_run_samples_per_s"] <= best["2p_auto"]["samples_per_s"] / 2
+    assert 0 < best["2a_auto"]["sync_efficiency"] < 1  # the two agents' ranks joined one DDP job
+    assert set(scaling["ratios"]) == {"each_of_two_runs_vs_one_alone", "two_agents_vs_standalone"}
+    assert json.loads((tmp_path / "train_speed_threads.json").read_text())["threads_scaling"] == scaling
+    assert "| cpu (gloo) | fleet | --batch-size 32 --hidden 32 32 | 4 |" in (tmp_path / "README.md").read_text()
+
+
 def test_the_realtime_setups_repeat_the_cpu_ones_under_the_scheduler_and_get_their_own_ratios(monkeypatch, tmp_path):
     """What ``*_fifo`` adds, on recorded rates (the scheduler itself runs in test_benchmarks' gloo-latency case)."""
     started = []

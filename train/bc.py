@@ -50,6 +50,7 @@ from train.data import open_training_store
 from train.monitor import Monitor, StepTimer, sync_efficiency
 from train.policies.policy import PolicySpec, changed_spec_fields, make_policy, policy_spec
 from train.schedule import adamw, learning_rate_factor, scaled_learning_rate
+from train.threads import ThreadShare
 
 def mean_over_ranks(values: dict[str, float], device: torch.device) -> dict[str, float]:
     """Each value averaged over the ranks, in one all-reduce (as it is in one process)."""
@@ -131,8 +132,7 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
         rank, world_size = 0, 1
     master = rank == 0
     run = Path(config.out)
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    threads = ThreadShare(config.threads)
     if config.amp == "fp16" and device.type != "cuda":
         fail("--amp fp16 needs a GPU (a GradScaler guards its float16 gradients there); use --amp bf16 on CPU")
     if config.amp == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
@@ -258,6 +258,7 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
     previous_steps = resumed.config.get("max_steps", config.max_steps) if resumed else config.max_steps
     extended = (f" (--max-steps {config.max_steps}, was {previous_steps}: the learning-rate schedule now ends there)"
                 if previous_steps != config.max_steps else "")
+    threads.refresh(force=True)  # the other ranks have registered by now: the start line counts them
     if master:
         run.mkdir(parents=True, exist_ok=True)
         write_json_atomic(run / "config.json", {"config": asdict(config), "policy_spec": spec.to_dict(),
@@ -271,10 +272,10 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
               f"{effective_batch} windows per step (the effective batch); lr {lr:.4g} ({config.lr:.4g} "
               f"for batch {config.base_batch}, scaling {config.lr_scaling}); amp {config.amp}, "
               f"comm hook {config.comm_hook if ddp else 'none (one process)'}, "
-              f"ema {config.ema_decay or 'off'}"
+              f"ema {config.ema_decay or 'off'}; {threads.describe()}"
               + (f"; {sync_batchnorm_layers} SyncBatchNorm layers" if sync_batchnorm_layers else "")
               + (f"; resumed from step {step}" if resumed else "") + extended + (f"; {labeller}" if labeller else ""))
-    monitor = Monitor(run, config, start_step=step) if master else None
+    monitor = Monitor(run, config, start_step=step, oversubscription=threads.oversubscription) if master else None
     timer = StepTimer(policy, device)
 
     # ----- the loop ------------------------------------------------------------------------------------
@@ -282,6 +283,7 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
     window_loss, window_steps = 0.0, 0  # the logged loss is the mean over the log window
     batches = iter(train_loader)
     while step < until:
+        threads.refresh()
         optimizer.zero_grad(set_to_none=not ddp)  # under DDP, zeroed in place: the gradients stay bucket views
         step_loss = 0.0
         for micro_step in range(config.grad_accum):
@@ -359,6 +361,7 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
         gc.collect()
         if owns_process_group:
             dist.destroy_process_group()
+    threads.close()
     if master:
         monitor.close()
         print(f"done: {run / 'checkpoints' / 'last'}" if step > first_step

@@ -132,6 +132,7 @@ class Checkpoint:
     def write(self, directory: Path) -> Path:
         """Write the checkpoint as ``directory`` (new, or replaced whole), atomically; returns it."""
         directory = Path(directory)
+        directory.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.", suffix=".tmp"))
         try:
             tensors = {**self.weights, **{f"{PERSONAL}{robot}.{name}": value for robot, state in self.personal.items()

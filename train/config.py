@@ -9,20 +9,12 @@ They both extend ``DataOptions`` too, the options about the fleet store they rea
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-
-from sim.shared import check_choices, check_options
+from sim.shared import check_choices, check_options, check_output_directory
 from train.comm.comm_hooks import COMM_HOOKS
 from train.policies.policy import INPUTS
 
 VISION_BACKBONES = ("small", "resnet18")  # train/policies/vision.py
 LEROBOT_SIZES = ("small", "default")  # train/policies/lerobot_policies.py
-
-
-def check_run_directory(out: str) -> None:
-    """Refuse an ``--out`` that names a file: the run directory is made there."""
-    if Path(out).exists() and not Path(out).is_dir():
-        raise ValueError(f"--out {out} is a file, not a directory")
 
 
 @dataclass
@@ -72,6 +64,8 @@ class PolicyOptions:
         check_options(self, ("n_obs_steps", "horizon", "n_action_steps", "action_modes"), lambda value: value >= 1,
                       "must be at least 1")
         self.hidden = tuple(self.hidden)
+        if not self.hidden:
+            raise ValueError("--hidden needs at least one width (e.g. --hidden 256 256); none makes a linear model")
         if any(width < 1 for width in self.hidden):
             raise ValueError(f"--hidden widths must be at least 1, got {' '.join(map(str, self.hidden))}")
 
@@ -110,7 +104,9 @@ class TrainConfig(PolicyOptions, DataOptions):
         "help": "mixed precision: none, bf16 (autocast, CPU or GPU) or fp16 (autocast and a GradScaler, GPU only)"})
     ema_decay: float = field(default=0.0, metadata={
         "help": "EMA of the weights with this decay, e.g. 0.999 (0: off); evaluation and val loss use the EMA"})
-    threads: int = field(default=0, metadata={"help": "torch threads per rank (0: torch's default)"})
+    threads: int = field(default=0, metadata={
+        "help": "torch threads per rank (0: the host's cores / the training ranks on the host, counted again as "
+                "runs start and end; train/threads.py)"})
     # communication between ranks (train/comm/comm_hooks.py)
     comm_hook: str = field(default="auto", metadata={
         "help": "how DDP sends gradients: auto (shm between CPU ranks on one host, ring across hosts, none on GPU), "
@@ -133,8 +129,8 @@ class TrainConfig(PolicyOptions, DataOptions):
                              "mode": ("memory", "streaming")})
         check_options(self, ("ema_decay", "val_fraction"), lambda value: 0.0 <= value < 1.0, "must be in [0, 1)")
         check_options(self, ("lr", "bucket_cap_mb"), lambda value: value > 0, "must be positive")
-        check_options(self, ("warmup_steps", "weight_decay", "grad_clip", "episodes_per_robot"),
+        check_options(self, ("warmup_steps", "weight_decay", "grad_clip", "episodes_per_robot", "seed"),
                       lambda value: value >= 0, "must not be negative")
-        check_options(self, ("threads",), lambda value: value >= 0, "must be 0 (torch's default) or more")
-        check_run_directory(self.out)
+        check_options(self, ("threads",), lambda value: value >= 0, "must be 0 (automatic) or more")
+        check_output_directory(self.out)
         self.sites, self.robots = tuple(self.sites), tuple(self.robots)

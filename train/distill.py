@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 
 from dataset import FleetStore
+from dataset.chunks import DataError
 from dataset.stats import fleet_stats
 from dataset.windows import WindowSpec
 from sim.shared import fail, one_line, parse_config, warn
@@ -134,8 +135,13 @@ def load_teacher(config: DistillConfig, store: FleetStore) -> Policy:
 
 
 def warn_if_larger(student: PolicySpec, store: FleetStore, teacher: Policy) -> None:
-    """A warning where the student has at least as many parameters as its teacher."""
-    policies = (make_policy(student, fleet_stats(store)), teacher)
+    """A warning where the student has at least as many parameters as its teacher; a damaged store is a
+    one-line error."""
+    try:
+        stats = fleet_stats(store)
+    except DataError as error:
+        fail(str(error))
+    policies = (make_policy(student, stats), teacher)
     sizes = [sum(p.numel() for p in policy.parameters()) for policy in policies]
     if sizes[0] >= sizes[1]:
         warn(f"the student ({student.kind}, {sizes[0]:,} parameters) is not smaller than the teacher "

@@ -60,6 +60,7 @@ from train.identity import data_changes, data_identity
 from train.monitor import keep_records
 from train.policies.policy import PolicySpec, make_policy, policy_spec
 from train.schedule import learning_rate_factor
+from train.threads import ThreadShare
 
 FLEET_HEAD = "fleet"  # the heads' group before they split (--personal-after)
 
@@ -94,6 +95,7 @@ class Server:
         self.velocity: dict[int | str | None, torch.Tensor] = {}  # --server-momentum: None (shared) or a group
         self.round, self.bytes_up, self.bytes_down = 0, 0, 0
         self.heads_fitted = False  # --head-epochs: whether the heads were fitted after the last round
+        self.client_threads = 1  # torch threads of each client (train/threads.py)
 
     def heads_split(self) -> bool:
         """Whether the coming round trains personal heads (after the ``--personal-after`` shared rounds)."""
@@ -124,7 +126,7 @@ class Server:
         head = self.head_of(robot)
         lr_factor = learning_rate_factor(round_index - 1, self.config.warmup_rounds, self.config.rounds)
         return ClientJob(robot, round_index, self.config, self.spec.to_dict(), self.stats, self.keys, head,
-                         self.residuals.get(robot), lr_factor)
+                         self.residuals.get(robot), lr_factor, threads=self.client_threads)
 
     def traffic(self, jobs: list[ClientJob], result: RoundResult) -> dict[str, int]:
         """Bytes down (every sampled client got the weights) and up (completed clients' payloads).
@@ -239,8 +241,10 @@ def account(server: Server, jobs: list[ClientJob], result: RoundResult) -> dict:
 
 
 def play_round(client, train: Callable[[ClientJob, np.ndarray], ClientUpdate], server: Server, round_index: int,
-               log: Callable[[dict], None]) -> dict:
+               log: Callable[[dict], None], share: ThreadShare | None = None) -> dict:
     """One round: up to ``round_attempts`` tries, each on a fresh sample; ``log`` gets each try's metrics record.
+
+    ``share`` (on a local cluster) sets each try's client threads.
 
     The server's weights change only on a try in which enough clients completed (its
     record is returned); a round with no such try stops the run with exit code 3.
@@ -248,6 +252,8 @@ def play_round(client, train: Callable[[ClientJob, np.ndarray], ClientUpdate], s
     config = server.config
     for attempt in range(config.round_attempts):
         started = time.perf_counter()
+        if share is not None:
+            server.client_threads = share.refresh()
         sampled = sample_clients(server.robots, config.fraction, config.seed, round_index, attempt)
         jobs = [server.job(robot, round_index) for robot in sampled]
         result = run_clients(client, train, jobs, server.weights.numpy(), config.deadline)
@@ -310,6 +316,10 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
     if resumed is not None:
         server.restore(resumed)
 
+    share = None  # a remote cluster's clients run elsewhere: one thread each unless --threads
+    if config.scheduler is None:
+        share = ThreadShare(config.threads, ranks=config.workers, local_ranks=config.workers)
+    server.client_threads = share.threads if share else config.threads or 1
     run.mkdir(parents=True, exist_ok=True)
     write_json_atomic(run / "config.json", {"config": asdict(config), "policy_spec": server.spec.to_dict(),
                                              "robots": robots, "code_version": code_version()})
@@ -319,7 +329,9 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
     if not config.quiet:
         print(f"federated {config.policy} on {len(robots)} robots ({len(episodes)} episodes): {clients_per_round} "
               f"clients per round x {config.local_epochs} local epoch(s), compression {config.compression}, "
-              f"personal {config.personal}" + (f"; resumed after round {server.round}" if resumed else ""))
+              f"personal {config.personal}; "
+              + (share.describe("client") if share else f"{server.client_threads} torch thread(s) per client")
+              + (f"; resumed after round {server.round}" if resumed else ""))
 
     with contextlib.ExitStack() as stack:
         try:
@@ -347,7 +359,7 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
                           + (f", late {record['late']}" if record["late"] else ""))
 
         for round_index in range(server.round + 1, config.rounds + 1):
-            play_round(client, train, server, round_index, log)
+            play_round(client, train, server, round_index, log, share)
             server.round, server.heads_fitted = round_index, False
             server.checkpoint().save(run, keep=config.keep_checkpoints)
             bar.update(1)
@@ -358,6 +370,8 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
             if not config.quiet:
                 bar.write(f"heads fitted to the final weights: {len(record['completed'])}/{len(server.robots)} "
                           f"robots, {record['seconds']:.1f} s")
+    if share is not None:
+        share.close()
     last_checkpoint = latest_checkpoint(run)
     if not config.quiet:
         print(f"done: {run / 'checkpoints' / 'last'} (round {server.round}; "

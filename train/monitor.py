@@ -28,6 +28,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
@@ -143,8 +144,9 @@ class Monitor:
     trained again: the records then describe the history that led to each checkpoint.
     """
 
-    def __init__(self, run: Path, config, start_step: int):
+    def __init__(self, run: Path, config, start_step: int, oversubscription: Callable[[], str] = lambda: ""):
         self.run = Path(run)
+        self.oversubscription = oversubscription  # a phrase naming thread oversubscription on the host, or ''
         self.metrics_path = self.run / "metrics.jsonl"
         keep_records(self.metrics_path, lambda record: record.get("step", 0) <= start_step)
         self.metrics = open(self.metrics_path, "a")
@@ -169,9 +171,11 @@ class Monitor:
         print(progress_line(record), flush=True)
         efficiency = record.get("sync_efficiency")
         if efficiency is not None and efficiency < SYNC_EFFICIENCY_WARNING:
+            crowded = self.oversubscription()
+            remedy = (f"{crowded}: give each rank fewer --threads or run fewer jobs at once" if crowded
+                      else "try --grad-accum, a larger --batch-size or --comm-hook")
             print(f"warning: sync efficiency {efficiency:.2f} is below {SYNC_EFFICIENCY_WARNING}: ranks spend "
-                  f"{1 - efficiency:.0%} of their step communicating; try --grad-accum, a larger --batch-size "
-                  "or --comm-hook", file=sys.stderr, flush=True)
+                  f"{1 - efficiency:.0%} of their step communicating; {remedy}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         """Flush and close everything, and draw RUN/training_curve.png from metrics.jsonl."""

@@ -101,6 +101,7 @@ class ClientJob:
     residual: torch.Tensor | None  # top-k: what this robot has not sent yet
     lr_factor: float  # the round's place in the learning-rate schedule
     fit_head_only: bool = False  # --head-epochs: fit the head to the global weights, those frozen
+    threads: int = 1  # torch threads (the server's share of the host's cores per client worker)
 
 
 @dataclass
@@ -123,6 +124,7 @@ def train_client(job: ClientJob, weights: np.ndarray) -> ClientUpdate:
     config = job.config
     seed = client_seed(config.seed, job.round, job.robot_id)
     torch.manual_seed(seed)
+    torch.set_num_threads(job.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
     spec = PolicySpec(**job.policy_spec)

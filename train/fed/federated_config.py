@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from sim.shared import check_choices, check_options
+from sim.shared import check_choices, check_options, check_output_directory
 from train.comm.compression import COMPRESSIONS
-from train.config import DataOptions, PolicyOptions, check_run_directory
+from train.config import DataOptions, PolicyOptions
 
 PERSONAL_MODES = ("none", "robot", "site")
 
@@ -48,6 +48,9 @@ class FederatedConfig(PolicyOptions, DataOptions):  # the policy and data option
     # running
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "local dask worker processes"})
     scheduler: str | None = field(default=None, metadata={"help": "address of an existing dask scheduler"})
+    threads: int = field(default=0, metadata={
+        "help": "torch threads per client (0: on the local cluster, the host's cores / its workers and other "
+                "training ranks; with --scheduler, 1)"})
     keep_checkpoints: int = field(default=3, metadata={"help": "newest checkpoints kept"})
     resume: bool = field(default=True, metadata={"help": "carry on from OUT's latest checkpoint"})
     seed: int = field(default=0, metadata={"help": "seeds the weights, the client sampling and local shuffles"})
@@ -61,7 +64,8 @@ class FederatedConfig(PolicyOptions, DataOptions):  # the policy and data option
                       "must be in (0, 1]")
         check_options(self, ("lr", "server_lr", "deadline"), lambda value: value > 0, "must be positive")
         check_options(self, ("server_momentum",), lambda value: 0.0 <= value < 1.0, "must be in [0, 1)")
-        check_options(self, ("weight_decay", "grad_clip", "prox_mu", "warmup_rounds", "personal_after", "head_epochs"),
+        check_options(self, ("weight_decay", "grad_clip", "prox_mu", "warmup_rounds", "personal_after", "head_epochs",
+                             "threads", "seed"),
                       lambda value: value >= 0, "must not be negative")
         check_choices(self, {"compression": COMPRESSIONS, "personal": PERSONAL_MODES, "mode": ("memory", "streaming")})
         # --personal-after R (every round shared) with --head-epochs: heads personal through the final fit only
@@ -71,5 +75,5 @@ class FederatedConfig(PolicyOptions, DataOptions):  # the policy and data option
                              f"rounds than --rounds ({self.rounds}), or as many with --head-epochs")
         if self.head_epochs and self.personal == "none":
             raise ValueError("--head-epochs fits personal heads: it needs --personal robot or site")
-        check_run_directory(self.out)
+        check_output_directory(self.out)
         self.sites, self.robots = tuple(self.sites), tuple(self.robots)
