@@ -27,7 +27,7 @@ from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 
-from train.restarts import end_if_failed_before, remember_failure
+from train.restarts import end_if_failed_before, failures_remembered
 
 if __name__ == "__main__":  # a torchrun restart of inputs that failed before ends here, before torch loads (seconds)
     end_if_failed_before(sys.argv[1:])
@@ -41,7 +41,7 @@ from dataset.episodes import select_episodes, split_episodes
 from dataset.loader import make_dataloader
 from dataset.stats import fleet_stats
 from dataset.windows import FleetWindowDataset, WindowSpec
-from sim.shared import Failure, code_version, fail, parse_config, repo_relative, warn, write_json_atomic
+from sim.shared import code_version, fail, parse_config, repo_relative, warn, write_json_atomic
 from train.checkpoint import Checkpoint, latest_checkpoint, newest_intact_checkpoint, restore_rng_state, rng_state
 from train.comm.comm_hooks import UnlabelledDistributedDataParallel, register_comm_hook
 from train.config import TrainConfig
@@ -371,10 +371,8 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
 def main(argv: list[str] | None = None) -> None:
     config = parse_config(TrainConfig, __doc__, argv)
     try:
-        run_training(config)
-    except Failure as failure:  # the same inputs would fail again: a torchrun restart ends at once
-        remember_failure(sys.argv[1:] if argv is None else argv, failure.message)
-        raise
+        with failures_remembered(sys.argv[1:] if argv is None else argv):
+            run_training(config)
     except KeyboardInterrupt:  # Ctrl-C reaches every rank; rank 0 says where the run stands
         if int(os.environ.get("RANK", "0")) == 0:
             last = latest_checkpoint(Path(config.out))

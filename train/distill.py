@@ -25,11 +25,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-import torch
+from train.restarts import end_if_failed_before, failures_remembered
+
+if __name__ == "__main__":  # a torchrun restart of inputs that failed before ends here, before torch loads (seconds)
+    end_if_failed_before(sys.argv[1:])
+
+import torch  # noqa: E402
 import torch.distributed as dist
 
 from dataset import FleetStore
@@ -148,8 +154,8 @@ def warn_if_larger(student: PolicySpec, store: FleetStore, teacher: Policy) -> N
              f"({teacher.spec.kind}, {sizes[1]:,}): distillation then saves nothing to send or run")
 
 
-def main(argv: list[str] | None = None) -> None:
-    config = parse_config(DistillConfig, __doc__, argv)
+def run_distillation(config: DistillConfig) -> None:
+    """Distil the teacher of ``config`` into its student, with its DAgger rounds: the whole of distill.py."""
     master = int(os.environ.get("RANK", "0")) == 0
     store = open_training_store(config, quiet=not master)
     teacher = load_teacher(config, store)
@@ -174,6 +180,12 @@ def main(argv: list[str] | None = None) -> None:
         run_training(schedule, TeacherLabels(teacher, rounds), until=config.max_steps + round * config.dagger_steps)
     if ddp:
         dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = parse_config(DistillConfig, __doc__, argv)
+    with failures_remembered(sys.argv[1:] if argv is None else argv):
+        run_distillation(config)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 ``torchrun --max-restarts=N`` restarts every rank after any failure, which is what a
 killed rank or a lost host needs. A bad store, option or checkpoint fails the same way
 on every attempt, though: N + 1 attempts, each with its error. So a training command
-that stops with a one-line error under torchrun (``remember_failure``) records that line
+that stops with a one-line error under torchrun (``failures_remembered``) records that line
 and a fingerprint of its inputs in ``RUN/.failed.json``; a restarted attempt that finds
 the same inputs (``end_if_failed_before``, called before torch is imported) exits at once
 and silently, since the first attempt has said why. The fingerprint is the command line,
@@ -15,11 +15,13 @@ the record.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
-from sim.shared import write_json_atomic
+from sim.shared import Failure, write_json_atomic
 
 RECORD = ".failed.json"
 
@@ -58,6 +60,17 @@ def remember_failure(argv: list[str], message: str) -> None:
         write_json_atomic(out / RECORD, {"fingerprint": fingerprint(argv), "error": message})
     except OSError:  # an --out that cannot be written: then every attempt fails at once anyway
         pass
+
+
+@contextlib.contextmanager
+def failures_remembered(argv: list[str]) -> Iterator[None]:
+    """Around a training command's work: a one-line failure (``sim.shared.fail``) is remembered for
+    torchrun's restarts (``remember_failure``) on its way out."""
+    try:
+        yield
+    except Failure as failure:
+        remember_failure(argv, failure.message)
+        raise
 
 
 def end_if_failed_before(argv: list[str]) -> None:
