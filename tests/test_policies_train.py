@@ -50,13 +50,15 @@ def test_a_policy_trains_and_its_checkpoint_drives_envs(kind, fleet, request, tm
     assert "is_success" in info
 
 
-def test_act_trains_under_two_torchrun_ranks(pick_place_fleet, tmp_path):
+def test_act_on_a_camera_trains_under_two_torchrun_ranks_without_warnings(camera_fleet, tmp_path):
     run = tmp_path / "ddp"
-    completed = train("--data", pick_place_fleet, "--out", run, "--policy", "act", "--max-steps", "6",
-                      "--batch-size", "16", "--log-interval", "3", ranks=2)
+    completed = train("--data", camera_fleet, "--out", run, "--policy", "act", "--max-steps", "2",
+                      "--batch-size", "8", "--log-interval", "1", "--val-fraction", "0", ranks=2)
     assert completed.returncode == 0, completed.stderr[-3000:]
-    assert metrics(run)[-1] == {"step": 6, "ranks_in_sync": True, "world_size": 2}
+    assert metrics(run)[-1] == {"step": 2, "ranks_in_sync": True, "world_size": 2}
     assert open_checkpoint(run).spec.kind == "act"
+    # its backbone's 1x1 convolutions once made DDP warn of gradient strides that did not match its bucket
+    assert "Warning" not in completed.stderr, completed.stderr[-3000:]
 
 
 @pytest.mark.parametrize("fleet, arguments, message", [

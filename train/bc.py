@@ -197,6 +197,11 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
                         for m in policy.modules())  # _BatchNorm: every BatchNorm kind, SyncBatchNorm included
     model = policy
     if ddp:
+        # A backward pass gives some weights (a 1x1 convolution's) gradients of another memory layout than
+        # DDP's bucket, which DDP would copy over with a warning; gradients that exist before DDP wraps the
+        # model become views into its bucket, and every backward then accumulates into them in place.
+        for parameter in policy.parameters():
+            parameter.grad = torch.zeros_like(parameter) if parameter.requires_grad else None
         # gradient_as_bucket_view: each .grad is a view into DDP's bucket, so the backward writes the gradients
         # where the all-reduce reads them instead of copying them in and the averages back (2-rank CPU steps
         # ~10% faster).
