@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from collect_helpers import REPO, collected, subprocess_env
+from collect_helpers import REPO, collected, git_status, subprocess_env
 from fault_helpers import assert_one_line
 from dataset import FleetStore
 from eval import EvalConfig, run_evaluation
@@ -371,17 +371,18 @@ def test_a_policy_that_outputs_nan_fails_its_episodes_with_the_reason(checkpoint
     assert [(r["success"], r["steps"], r["error"]) for r in records] == [(False, 0, "the agent's action is not finite")] * 3
 
 
-def test_eval_speed_benchmark_measures_every_setup(checkpoint, tmp_path):
+def test_eval_speed_benchmark_measures_every_setup_and_writes_only_its_out(checkpoint, tmp_path, capsys):
     from benchmarks import eval_speed
 
-    tables = tmp_path / "README.md"
+    before, tables, out = git_status(), tmp_path / "README.md", tmp_path / "speed.json"
     result = eval_speed.main(["--checkpoint", str(checkpoint), "--robots", "2", "--episodes", "2", "--rounds", "1",
-                              "--results-dir", str(tmp_path), "--tables", str(tables)])
+                              "--tables", str(tables), "--out", str(out)])
     assert set(result["episodes_per_s_best"]) == {"loop", "loop_batch1", "eval_1w", "eval_2w"}
     assert all(rate > 0 for rate in result["episodes_per_s_best"].values())
     assert result["ratios"]["eval_2w_vs_loop"] > 0 and result["job"]["task"] == "reach"
-    assert json.loads((tmp_path / "eval_speed.json").read_text())["ratios"] == result["ratios"]
-    assert "| reach 2x2" in tables.read_text()
+    assert json.loads(out.read_text())["ratios"] == result["ratios"]
+    assert "reach 2x2" in capsys.readouterr().out
+    assert not tables.exists() and git_status() == before  # a user's checkpoint: no rows, nothing in the repository
 
 
 def test_an_image_policy_gets_the_cameras_and_image_size_it_was_trained_on(camera_fleet, tmp_path):
