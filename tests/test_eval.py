@@ -104,6 +104,15 @@ def test_eval_info_holds_every_episode_and_consistent_figures(compared):
     assert completed.stdout.startswith("dask dashboard: http://127.0.0.1:")  # then the table
 
 
+def test_the_console_names_the_inputs_the_policy_reads_on_its_first_line(compared, checkpoint):
+    completed, _ = compared
+    spec = open_checkpoint(checkpoint).spec
+    lines = completed.stdout.splitlines()  # the run's lines (the dask dashboard's address), then the summary
+    first = next(index for index, line in enumerate(lines) if line.startswith("policy on reach: 3 robots x 4 episodes"))
+    assert f"; reads {spec.inputs} ({', '.join(spec.features)}); seeds:" in lines[first] and spec.inputs == "state"
+    assert lines[first + 1].split() == ["robot", "site", "policy", "expert"]  # then the per-robot comparison
+
+
 def test_compare_puts_the_expert_on_the_same_robots_and_seeds(compared):
     info = json.loads((compared[1] / "eval_info.json").read_text())
     expert = info["expert"]
