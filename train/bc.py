@@ -23,6 +23,7 @@ import gc
 import math
 import os
 import sys
+import time
 from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
@@ -284,7 +285,8 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
     timer = StepTimer(policy, device)
 
     # ----- the loop ------------------------------------------------------------------------------------
-    first_step = step
+    first_step, started = step, time.perf_counter()
+    images_per_sample = spec.n_obs_steps * sum(store.features[name]["dtype"] == "image" for name in spec.features)
     window_loss, window_steps = 0.0, 0  # the logged loss is the mean over the log window
     batches = iter(train_loader)
     while step < until:
@@ -351,6 +353,7 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
             save(step)
 
     # ----- the end -------------------------------------------------------------------------------------
+    seconds = time.perf_counter() - started
     if ddp and step > first_step:  # a cheap guard: every rank must hold the same weights (and the same average)
         weights = [*policy.parameters(), *(ema.parameters() if ema is not None else [])]
         digest = torch.stack([p.detach().double().sum() for p in weights]).sum().reshape(1)
@@ -369,7 +372,8 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
     threads.close()
     if master:
         monitor.close()
-        print(f"done: {run / 'checkpoints' / 'last'}" if step > first_step
+        print(monitor.summary(first_step, step, seconds, effective_batch, images_per_sample,
+                              run / "checkpoints" / "last") if step > first_step
               else f"nothing to do: {run} is trained to step {step} (of {until})")
 
 
