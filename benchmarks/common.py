@@ -145,6 +145,11 @@ def benchmark_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
+def job_options(args: argparse.Namespace) -> dict:
+    """The options of a benchmark's job, for its result: every option but where the result goes."""
+    return {name: value for name, value in vars(args).items() if name not in ("results_dir", "tables", "out")}
+
+
 def publish(name: str, result: dict, header: list[str], rows: list[list], args: argparse.Namespace,
             table: str | None = None, recorded: bool = True) -> Path | None:
     """Print the rows; write the JSON to ``--out`` if given, else, for a ``recorded`` job (the benchmark's
