@@ -41,7 +41,7 @@ import sim  # noqa: F401  (first: it selects headless rendering before mujoco lo
 
 import torch
 
-from benchmarks.common import benchmark_parser, machine_facts, publish
+from benchmarks.common import benchmark_parser, job_options, machine_facts, publish
 from collect import CollectConfig
 from collect.engine import run_collection
 from dataset import FleetStore
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
         shutil.rmtree(work)
     machine = machine_facts()
     result = {"benchmark": "act_vs_lerobot", "machine": machine,
-              "job": vars(args) | {"results_dir": None, "tables": None, "frames": frames}, **figures}
+              "job": job_options(args) | {"frames": frames}, **figures}
     header = ["date", "code", "data", "batch", "ours steps/s", "lerobot-train steps/s", "ours/lerobot"]
     gpu = machine["device"] != "cpu"
     data = f"{args.task} {args.robots}x{args.episodes} ({frames} frames" + (f", on {machine['device']})" if gpu else ")")

@@ -49,7 +49,7 @@ import sim  # first: it selects headless rendering before mujoco loads
 import gymnasium as gym
 import numpy as np
 
-from benchmarks.common import benchmark_parser, machine_facts, median_ratio, publish
+from benchmarks.common import benchmark_parser, job_options, machine_facts, median_ratio, publish
 from collect import CollectConfig
 from collect.engine import run_collection
 from collect.schema import features_of
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> dict:
     best = {name: max(r[name] for r in rounds) for name in rounds[0]}
     machine = machine_facts()
     result = {
-        "benchmark": "collect_speed", "machine": machine, "job": vars(args) | {"results_dir": None, "tables": None},
+        "benchmark": "collect_speed", "machine": machine, "job": job_options(args),
         "steps_per_s_best": {name: round(rate) for name, rate in best.items()},
         "steps_per_s_rounds": [{name: round(rate) for name, rate in r.items()} for r in rounds],
         "cluster_start_stop_s": round(float(np.median(cluster)), 2),

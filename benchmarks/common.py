@@ -1,4 +1,9 @@
-"""What every benchmark shares: machine facts, the JSON result, the markdown table."""
+"""What every benchmark shares: machine facts, the JSON result, the markdown table.
+
+A benchmark's own job (its default inputs) is recorded: its JSON in benchmarks/results/ and
+rows in benchmarks/README.md. A job on a user's run, checkpoint or data is only printed,
+and ``--out FILE`` writes its JSON there: it writes nothing into the repository.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from sim.shared import OneLineErrorParser, code_version
+from sim.shared import OneLineErrorParser, check_output_directory, code_version, write_json_atomic
 
 BENCHMARKS = Path(__file__).resolve().parent
 RESULTS = BENCHMARKS / "results"
@@ -118,20 +123,50 @@ def append_table_rows(name: str, header: list[str], rows: list[list], tables: Pa
     tables.write_text(text.replace(end, lines + end))
 
 
+def json_file(value: str) -> Path:
+    """``--out``: a JSON file to write, where no file stands in for its directory (argparse's type)."""
+    path = Path(value)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a directory; name the JSON file to write")
+    try:
+        check_output_directory(path.parent, "--out")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return path
+
+
 def benchmark_parser(description: str) -> argparse.ArgumentParser:
     """A parser with the options every benchmark shares: where results and tables go."""
     parser = OneLineErrorParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results-dir", type=Path, default=RESULTS, help="where <name>.json is written")
     parser.add_argument("--tables", type=Path, default=TABLES, help="markdown file holding the tables")
+    parser.add_argument("--out", type=json_file, help="write the JSON result to this file and nothing else "
+                        "(no results file, no table rows)")
     return parser
 
 
+def job_options(args: argparse.Namespace) -> dict:
+    """The options of a benchmark's job, for its result: every option but where the result goes."""
+    return {name: value for name, value in vars(args).items() if name not in ("results_dir", "tables", "out")}
+
+
 def publish(name: str, result: dict, header: list[str], rows: list[list], args: argparse.Namespace,
-            table: str | None = None) -> Path:
-    """Write RESULTS/<name>.json, append the rows to table ``table`` (default ``name``), and print the rows."""
-    path = write_results(name, result, args.results_dir)
-    append_table_rows(table or name, header, rows, args.tables)
+            table: str | None = None, recorded: bool = True) -> Path | None:
+    """Print the rows; write the JSON to ``--out`` if given, else, for a ``recorded`` job (the benchmark's
+    own), to RESULTS/<name>.json with the rows appended to table ``table`` (default ``name``). A job on a
+    user's run or data (not ``recorded``) without ``--out`` writes nothing. Returns the JSON's path."""
+    print(" | ".join(header[2:]))
     for row in rows:
         print(" | ".join(str(cell) for cell in row[2:]))  # without date and code version
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(args.out, result)
+        path = args.out
+    elif recorded:
+        path = write_results(name, result, args.results_dir)
+        append_table_rows(table or name, header, rows, args.tables)
+    else:
+        print("not recorded: this job ran on your run or data (--out FILE writes its JSON)")
+        return None
     print(f"wrote {path}")
     return path

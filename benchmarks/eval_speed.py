@@ -16,7 +16,8 @@ per step):
 The goal (issue: evaluation) is ``eval_2w / loop >= 1.8``. Without ``--checkpoint`` a
 small one is made first: the task's expert on the robots, 200 training steps. Rounds
 run every setup back to back; ratios are medians of within-round ratios, rates the best
-round. Writes benchmarks/results/eval_speed.json and a row in benchmarks/README.md.
+round. Writes benchmarks/results/eval_speed.json and a row in benchmarks/README.md; with
+``--checkpoint`` it prints the row, and only ``--out`` writes (the JSON).
 
     python -m benchmarks.eval_speed [--task pick_place] [--robots 100] [--episodes 10] [--rounds 3]   # ~15 min
 
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
     row = [machine["date"], machine["code_version"], f"{job} ({steps} steps)",
            *(f"{best[name]:.1f}" for name in ("loop", "loop_batch1", "eval_1w", "eval_2w")),
            *(f"{ratios[name]:.2f}" for name in ratios)]
-    publish("eval_speed", result, header, [row], args)
+    publish("eval_speed", result, header, [row], args, recorded=args.checkpoint is None)
     return result
 
 

@@ -35,7 +35,7 @@ import sim  # noqa: F401  (first: it selects headless rendering before mujoco lo
 
 import torch
 
-from benchmarks.common import benchmark_parser, machine_facts, publish
+from benchmarks.common import benchmark_parser, job_options, machine_facts, publish
 from benchmarks.train_speed import measured_windows, start_training, window_figures
 from collect import CollectConfig
 from collect.engine import run_collection
@@ -130,8 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     machine = machine_facts()
     result = {"benchmark": "gpu_paths", "machine": machine,
-              "job": vars(args) | {"results_dir": None, "tables": None,
-                                   "image_data": str(args.image_data) if args.image_data else None},
+              "job": job_options(args) | {"image_data": str(args.image_data) if args.image_data else None},
               "variants": {name: {"options": VARIANTS[name][2], "torchrun": VARIANTS[name][1], **figures}
                            for name, figures in results.items()}}
     header = ["date", "code", "device", "variant", "bc.py options", "samples/s", "sync eff", "SyncBatchNorm layers",

@@ -39,7 +39,7 @@ import sim  # noqa: F401  (first: it selects headless rendering before mujoco lo
 import numpy as np
 import torch
 
-from benchmarks.common import benchmark_parser, machine_facts, median_ratio, publish
+from benchmarks.common import benchmark_parser, job_options, machine_facts, median_ratio, publish
 from collect import CollectConfig
 from collect.engine import run_collection
 from dataset import FleetStore
@@ -156,8 +156,8 @@ def main(argv: list[str] | None = None) -> dict:
     machine = machine_facts()
     result = {
         "benchmark": name, "machine": machine,
-        "job": vars(args) | {"results_dir": None, "tables": None, "n_obs_steps": N_OBS_STEPS, "horizon": HORIZON,
-                             "frames": store.num_frames},
+        "job": job_options(args) | {"n_obs_steps": N_OBS_STEPS, "horizon": HORIZON,
+                                  "frames": store.num_frames},
         "samples_per_s_best": {name: round(rate) for name, rate in best.items()},
         "samples_per_s_rounds": [{name: round(rate) for name, rate in r.items()} for r in rounds],
         "ratios": {name: round(value, 3) for name, value in ratios.items()},

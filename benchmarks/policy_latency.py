@@ -29,8 +29,9 @@ pick_place task's features (mlp: ``state`` inputs; the others: ``proprio+cameras
 and wrist at ``--image-size``) with synthetic statistics: nothing is collected, nothing
 downloads (backbones are never pretrained). ``--checkpoint`` measures trained runs or
 checkpoint files instead (beside the cases of ``--kinds``, if given); their rows also give
-the size on disk of the whole checkpoint file. Writes benchmarks/results/policy_latency.json
-(or ``--out``) and rows in benchmarks/README.md.
+the size on disk of the whole checkpoint file. The cases alone write
+benchmarks/results/policy_latency.json and rows in benchmarks/README.md; with ``--checkpoint`` the
+table is printed, and only ``--out`` writes (the JSON).
 
     python -m benchmarks.policy_latency [--kinds mlp cnn act diffusion] [--repetitions 300]
     python -m benchmarks.policy_latency --checkpoint runs/teacher runs/student --out runs/distill/latency.json
@@ -212,7 +213,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--warmup", type=int, default=10, help="untimed calls per setup first (at most a tenth "
                         "of the repetitions, at least 1)")
     parser.add_argument("--image-size", type=int, default=64, help="camera height and width of the synthetic cases")
-    parser.add_argument("--out", type=Path, help="write the JSON here (default: RESULTS_DIR/policy_latency.json)")
     args = parser.parse_args(argv)
     kinds = args.kinds or ([] if args.checkpoint else list(KINDS))
     cases = [case for case, fields in CASES.items() if fields["policy"] in kinds and case not in args.skip]
@@ -242,10 +242,8 @@ def main(argv: list[str] | None = None) -> dict:
               "rows": rows, "ratios": {f"{row['case']} on {row['device']}": row["ratios"] for row in rows}}
     header = ["date", "code", "case", "device", "parameters", "checkpoint MB", "select_action ms (median / p99)",
               "bare ms (median / p99)", "select/bare", "lerobot ms (median / p99)", "lerobot/select"]
-    if args.out:
-        args.results_dir = args.out.parent
-    publish(args.out.stem if args.out else "policy_latency", result, header,
-            [table_row(machine, row) for row in rows], args, table="policy_latency")
+    publish("policy_latency", result, header, [table_row(machine, row) for row in rows], args,
+            recorded=not args.checkpoint)
     return result
 
 

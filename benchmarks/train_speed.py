@@ -46,6 +46,7 @@ and 2 GPUs when there are two. Other training measurements (our ACT against
 ``lerobot-train``: benchmarks/act_vs_lerobot.py) join ``main`` as further sections.
 Writes benchmarks/results/train_speed.json (train_speed_gpu.json with ``--no-cpu``) and a
 row per device in benchmarks/README.md. ``--no-cpu`` skips the gloo setups, for a GPU machine.
+With ``--data`` (a store of yours) it prints the rows, and only ``--out`` writes (the JSON).
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ import sim  # noqa: F401  (first: it selects headless rendering before mujoco lo
 
 import torch
 
-from benchmarks.common import (TORCHRUN_ENV, agent_command, benchmark_parser, machine_facts, publish,
-                               python_command, realtime_permitted)
+from benchmarks.common import (TORCHRUN_ENV, agent_command, benchmark_parser, job_options, machine_facts,
+                               publish, python_command, realtime_permitted)
 from collect import CollectConfig
 from collect.engine import run_collection
 from train.monitor import read_records
@@ -259,11 +260,11 @@ def main(argv: list[str] | None = None) -> dict:
     options = " ".join(args.bc_options) or "defaults"
     name = "train_speed" if args.case == "mlp" else f"train_speed_{args.case}"
     result = {"benchmark": name, "machine": machine,
-              "job": {key: value for key, value in vars(args).items() if key not in ("results_dir", "tables")}
-              | {"data": str(args.data) if args.data else None},
+              "job": job_options(args) | {"data": str(args.data) if args.data else None},
               f"{args.case}_scaling": cpu, "gpu_scaling": gpu}
     if args.case == "threads":
-        publish(name, result, *threads_table(machine, job, options, args.steps, cpu), args)
+        publish(name, result, *threads_table(machine, job, options, args.steps, cpu), args,
+                recorded=args.data is None)
         return result
     header = ["date", "code", "device", "job", "bc.py options", "steps", "1 rank x1 samples/s", "1 rank x2 samples/s",
               "2 ranks samples/s", "2 procs samples/s", "sync eff 2 ranks", "weak scaling", "machine 2 procs",
@@ -289,7 +290,8 @@ def main(argv: list[str] | None = None) -> dict:
         rows.append([machine["date"], machine["code_version"], f"{gpu['gpus']}x {gpu['gpu']} ({backend})", job, options,
                      args.steps, round(gpu["best"]["1gpu"]["samples_per_s"]), "–", *two_gpus, *["–"] * 7])
     # A GPU-only run keeps its own JSON (the CPU figures stay in train_speed.json); the table is shared.
-    publish(name if cpu is not None else f"{name}_gpu", result, header, rows, args, table=name)
+    publish(name if cpu is not None else f"{name}_gpu", result, header, rows, args, table=name,
+            recorded=args.data is None)
     return result
 
 

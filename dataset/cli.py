@@ -1,6 +1,7 @@
 """``dataset``: look inside, check, summarise and convert fleet stores.
 
-    dataset info data/fleet                      what is in it, per site and per robot
+    dataset info data/fleet                      what is in it, per site and per robot (failed: stored episodes
+                                                 that failed; dropped: failed attempts not stored)
     dataset verify data/fleet                    check every shard; exit 1 on corruption
     dataset verify data/fleet --repair           ... and recollect the damaged robots from their seeds
     dataset stats data/fleet                     normalisation statistics (cached in stats.json)
@@ -20,13 +21,14 @@ from pathlib import Path
 import numpy as np
 
 from collect.shard import store_bytes
+from dataset.chunks import DataError, read_rows
 from dataset.fleet_store import FleetStore
 from dataset.stats import fleet_stats
 from sim.shared import check_output_directory, fail, parse_subcommand, warn
 
 CORRUPT_EXIT = 1
 
-COUNTS = ("episodes", "failed", "frames")  # a robot's counts in `dataset info`
+COUNTS = ("episodes", "failed", "dropped", "frames")  # a robot's counts in `dataset info`
 STORE = {"positional": True, "help": "fleet store directory (the OUT of collect)"}
 
 
@@ -96,6 +98,17 @@ def _table(header: list[str], rows: list[list]) -> str:
     return "\n".join("  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in cells)
 
 
+def robot_counts(shard) -> dict[str, int]:
+    """A robot store's counts: committed episodes, those of them that failed (from the episode metadata:
+    collect's --keep-failures, DAgger rounds), failed attempts dropped unstored, and frames."""
+    try:
+        successes = read_rows(shard, "meta/episode_success", 0, shard.num_episodes)
+    except DataError as error:
+        fail(f"{error}; run `dataset verify {shard.path.parent} --repair`")
+    return {"episodes": shard.num_episodes, "failed": int(np.count_nonzero(~successes.astype(bool))),
+            "dropped": len(shard.group.attrs.get("failed_episodes", [])), "frames": shard.num_frames}
+
+
 def store_summary(store: FleetStore) -> dict:
     """Per-robot and per-site episode, failure and frame counts, with the task and features.
 
@@ -109,8 +122,7 @@ def store_summary(store: FleetStore) -> dict:
         state = "under repair" if robot_id in store.repairing else "missing" if shard is None else "ok"
         robots.append({"robot_id": robot_id, "state": state,
                        "site": store.site_of(robot_id) if state == "ok" else listed.get(str(robot_id), {}).get("site"),
-                       **({"episodes": shard.num_episodes, "failed": len(shard.group.attrs.get("failed_episodes", [])),
-                           "frames": shard.num_frames} if state == "ok" else dict.fromkeys(COUNTS))})
+                       **(robot_counts(shard) if state == "ok" else dict.fromkeys(COUNTS))})
     sites = defaultdict(lambda: {"robots": 0, **dict.fromkeys(COUNTS, 0)})
     for robot in robots:
         if robot["state"] == "ok":
@@ -133,9 +145,9 @@ def info(config: InfoConfig) -> None:
         print(f"{summary['path']}: task {summary['task']}, {summary['fps']} fps, {summary['episodes']} episodes, "
               f"{summary['frames']} frames, {summary['bytes'] / 2**20:.1f} MiB")
         print("features: " + ", ".join(f"{name} {shape}" for name, shape in summary["features"].items()) + "\n")
-        print(_table(["site", "robots", "episodes", "failed", "frames"],
+        print(_table(["site", "robots", *COUNTS],
                      [[site, *values.values()] for site, values in sorted(summary["sites"].items())]) + "\n")
-        print(_table(["robot", "state", "site", "episodes", "failed", "frames"],
+        print(_table(["robot", "state", "site", *COUNTS],
                      [["-" if value is None else value for value in robot.values()] for robot in summary["robots"]]))
     if unusable := [robot for robot in summary["robots"] if robot["state"] != "ok"]:
         states = ", ".join(f"robot {robot['robot_id']} {robot['state']}" for robot in unusable[:5])

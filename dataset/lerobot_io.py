@@ -22,6 +22,7 @@ robot, success comes from ``next.success`` (else True) and profiles are
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import warnings
 from contextlib import contextmanager
@@ -97,9 +98,21 @@ def export_lerobot(store: FleetStore, root: Path, repo_id: str | None = None, us
             shutil.rmtree(building, ignore_errors=True)
             raise
     dataset.finalize()  # closes the parquet writers: without it the files have no footer
+    remove_empty_folders(building / "images")
     write_json_atomic(building / SIDECAR, sidecar)
     building.rename(root)
     return root
+
+
+def remove_empty_folders(directory: Path) -> None:
+    """Remove every empty folder under ``directory``, and ``directory`` too if it ends up empty.
+
+    lerobot writes each image frame into images/<feature>/ before it embeds the frames in the
+    parquet files, and leaves those folders behind empty.
+    """
+    for folder, _, _ in os.walk(directory, topdown=False):  # the deepest first: a parent may empty out
+        if not any(Path(folder).iterdir()):
+            Path(folder).rmdir()
 
 
 def import_lerobot(root: Path, out: Path, repo_id: str | None = None, overwrite: bool = False,

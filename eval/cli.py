@@ -6,7 +6,8 @@
 
 Episode seeds are held out from training; --robot-offset evaluates robots that were
 never in the training data. Writes EVAL/eval_info.json, per_robot.csv, success.png
-(and videos/ with --videos K) and prints success per site and for the fleet.
+(and videos/ with --videos K) and prints the inputs the policy reads, then success per site
+and for the fleet.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 
 from eval.config import EvalConfig
 from eval.engine import run_evaluation
-from eval.report import format_comparison, format_table
+from eval.report import format_comparison, format_table, headline
 from sim.shared import fail, parse_config
 
 INTERRUPTED_EXIT = 130
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> None:
         print("\ninterrupted: nothing was written", file=sys.stderr)
         raise SystemExit(INTERRUPTED_EXIT) from None
     if not config.quiet:
+        print(headline(info))
         if config.compare:
             print(format_comparison(info))
         print(format_table(info))

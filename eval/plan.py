@@ -230,7 +230,7 @@ def make_plan(config: EvalConfig) -> EvalPlan:
     if checkpoint is not None:
         info = {"path": repo_relative(checkpoint.path), "format": checkpoint.format, "step": checkpoint.step,
                 "code_version": checkpoint.code_version, "task": checkpoint.task, "policy": checkpoint.spec.kind,
-                "inputs": checkpoint.spec.inputs, "data": checkpoint.data,
+                "inputs": checkpoint.spec.inputs, "features": list(checkpoint.spec.features), "data": checkpoint.data,
                 "n_action_steps": config.n_action_steps or checkpoint.spec.n_action_steps,
                 "personal_robots": sorted(checkpoint.personal)}
     return EvalPlan(task=task, task_name=spec.name, checkpoint=str(checkpoint.path) if checkpoint else None,

@@ -106,6 +106,18 @@ def _row(name: str, robots: int, figures: dict, expert: dict | None) -> str:
     return line + (f"  ({figures['n_errors']} crashed)" if figures["n_errors"] else "")
 
 
+def headline(info: dict) -> str:
+    """The console's first line: what ran on what, the inputs the policy reads, and where its seeds come from."""
+    checkpoint = info.get("checkpoint") or {}
+    reads = ""
+    if checkpoint:
+        features = checkpoint.get("features", [])
+        listed = f" ({', '.join(features)})" if features and "+".join(features) != checkpoint["inputs"] else ""
+        reads = f"; reads {checkpoint['inputs']}{listed}"
+    return (f"{info['agent']} on {info['task']}: {info['fleet']['n_robots']} robots x {info['config']['episodes']} "
+            f"episodes{reads}; seeds: {info['setup']['held_out']}")
+
+
 def format_table(info: dict) -> str:
     """The console table: one row per site and one for the fleet (with the expert beside, when compared)."""
     expert = info.get("expert")
@@ -115,8 +127,7 @@ def format_table(info: dict) -> str:
     header = f"{'site':10s} {'robots':>6s} {'episodes':>8s} {'success':>8s} {'ci95':>14s}"
     if expert is not None:
         header += f" {'expert':>8s} {'ratio':>7s}"
-    lines = [f"{info['agent']} on {info['task']}: {info['fleet']['n_robots']} robots x "
-             f"{info['config']['episodes']} episodes; seeds: {info['setup']['held_out']}", header]
+    lines = [header]
     for site, figures in info["per_site"].items():
         lines.append(_row(site, robots_per_site[site], figures, expert and expert["per_site"][site]))
     lines.append(_row("fleet", info["fleet"]["n_robots"], info["fleet"], expert and expert["fleet"]))

@@ -100,7 +100,7 @@ def latency(config: DistillationConfig, clock: StageClock, runs: dict[str, Path]
     if not path.exists():
         clock.run("latency", "latency", [sys.executable, "-m", "benchmarks.policy_latency", "--checkpoint",
                                          *map(str, runs.values()), "--repetitions", str(config.latency_calls),
-                                         "--out", str(path), "--tables", str(out / "latency.md")], out / "latency.log")
+                                         "--out", str(path)], out / "latency.log")
     rows = [row for row in json.loads(path.read_text())["rows"] if row["device"] == "cpu"]
     return {name: next(row for row in rows if row["case"] == str(run)) for name, run in runs.items()}
 

@@ -40,6 +40,11 @@ ConfigT = TypeVar("ConfigT")
 REPO = Path(__file__).resolve().parent.parent  # the repository root (the package is installed in place)
 
 
+def _with_default(help_text: str, default) -> str:
+    """The help text with its default appended, unless the text already says what the default is."""
+    return help_text if "(default" in help_text else f"{help_text} (default: {default})"
+
+
 def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, field_type) -> None:
     option = "--" + field.name.replace("_", "-")
     help_text = field.metadata.get("help", "").replace("%", "%%")  # argparse formats help with %
@@ -52,11 +57,11 @@ def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, field_
         parser.add_argument(option, action=argparse.BooleanOptionalAction, default=default, help=help_text)
     elif origin is tuple:
         item_type = typing.get_args(field_type)[0]
-        parser.add_argument(option, nargs="*", type=item_type, default=default, help=f"{help_text} (default: {default})")
+        parser.add_argument(option, nargs="*", type=item_type, default=default, help=_with_default(help_text, default))
     else:
         if origin in (typing.Union, types.UnionType):  # Optional[X] / X | None
             field_type = next(arg for arg in typing.get_args(field_type) if arg is not type(None))
-        parser.add_argument(option, type=field_type, default=default, help=f"{help_text} (default: {default})")
+        parser.add_argument(option, type=field_type, default=default, help=_with_default(help_text, default))
 
 
 def _add_fields(parser: argparse.ArgumentParser, config_class: type) -> None:

@@ -23,6 +23,12 @@ def subprocess_env() -> dict:
     return {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{REPO}"}
 
 
+def git_status() -> str:
+    """``git status`` of the repository, untracked files listed one by one: what a command changed in it."""
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], capture_output=True, text=True,
+                          cwd=REPO, check=True).stdout
+
+
 def run_collect(out: Path, *arguments: str) -> subprocess.CompletedProcess:
     return subprocess.run(collect_command(out, *arguments), capture_output=True, text=True, env=subprocess_env(),
                           cwd=REPO, timeout=300)

@@ -55,12 +55,15 @@ def test_export_then_import_through_the_command_line(camera_fleet, tmp_path):
     exported, imported = tmp_path / "lerobot", tmp_path / "imported"
     completed = dataset_command("export-lerobot", camera_fleet, exported)
     assert completed.returncode == 0, completed.stderr[-2000:]
+    assert not (exported / "images").exists()  # the frames are in the parquet files: no empty folders beside
     completed = dataset_command("import-lerobot", exported, imported)
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert dataset_command("verify", imported).returncode == 0
     assert FleetStore.open(imported).num_frames == FleetStore.open(camera_fleet).num_frames
     again = dataset_command("export-lerobot", camera_fleet, exported)
     assert again.returncode == 2 and "exists" in again.stderr
+    usage = dataset_command("export-lerobot", "--help").stdout
+    assert usage.count("(default") == 1 and "(default: robofleet/<store name>)" in usage  # --repo-id's, once
 
 
 def test_bad_input_is_one_line_and_exit_two(pick_place_fleet, tmp_path):

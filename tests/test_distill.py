@@ -2,6 +2,8 @@
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ from eval.plan import make_plan
 from eval.rollout import evaluate_robot
 from train import distill
 from train.checkpoint import load_policy, open_checkpoint
+from collect_helpers import REPO, subprocess_env
 from fault_helpers import flip_byte
 from train_helpers import metrics, train
 
@@ -29,11 +32,12 @@ def teacher(pick_place_fleet, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def student(pick_place_fleet, teacher, tmp_path_factory):
-    """Distilled on 2 ranks: 30 steps on the store, then one DAgger round and 10 steps more."""
+    """Distilled on 2 ranks from robots 0 and 2 of 3: 30 steps on the store, then one DAgger round and 10 steps
+    more."""
     run = tmp_path_factory.mktemp("student") / "run"
     completed = train("--teacher", teacher, "--data", pick_place_fleet, "--out", run, "--max-steps", "30",
                       "--hidden", "32", "32", "--dagger-rounds", "1", "--dagger-episodes", "2", "--dagger-steps", "10",
-                      "--workers", "2", ranks=2, script="distill.py")
+                      "--workers", "2", "--robots", "0", "2", ranks=2, script="distill.py")
     assert completed.returncode == 0, completed.stderr[-3000:]
     return run
 
@@ -56,6 +60,7 @@ def test_the_student_learns_the_teachers_actions_and_evaluate_runs_it(student, t
 def test_a_dagger_round_is_a_valid_store_of_the_teachers_labels_on_the_students_states(student, teacher):
     round_store = FleetStore.open(student / "dagger" / "round_1")
     assert verify_store(round_store) == []
+    assert round_store.robots == [0, 2] and round_store.num_episodes == 4  # --robots 0 2 limits the rollouts too
     assert round_store.manifest["lineage"]["teacher"] == str(teacher)
     labeller, _ = load_policy(teacher, n_action_steps=1)
     episode = round_store.episode(0, 0)
@@ -69,6 +74,21 @@ def test_a_dagger_round_is_a_valid_store_of_the_teachers_labels_on_the_students_
     student_policy.reset()
     observation = {name: episode[name][0] for name in student_policy.spec.features}
     assert not np.allclose(student_policy.select_action(observation), episode["action"][0])  # the student drove
+
+
+def test_dataset_info_counts_the_failed_episodes_a_dagger_round_stored(student):
+    round_store = student / "dagger" / "round_1"
+    completed = subprocess.run([sys.executable, "-m", "dataset.cli", "info", round_store, "--json"],
+                               capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    store = FleetStore.open(round_store)
+    failed = {robot: sum(not store.episode_info(robot, index)["success"]
+                         for index in range(store.num_episodes_of(robot))) for robot in store.robots}
+    assert sum(failed.values()) > 0  # a student of 30 steps does not place the cube
+    summary = json.loads(completed.stdout)
+    assert {robot["robot_id"]: robot["failed"] for robot in summary["robots"]} == failed
+    assert all(robot["dropped"] == 0 for robot in summary["robots"])  # DAgger stores every episode it rolls out
+    assert sum(site["failed"] for site in summary["sites"].values()) == sum(failed.values())
 
 
 def one_line_error(capsys, *arguments) -> str:

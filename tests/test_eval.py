@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from collect_helpers import REPO, collected, subprocess_env
+from collect_helpers import REPO, collected, git_status, subprocess_env
 from fault_helpers import assert_one_line
 from dataset import FleetStore
 from eval import EvalConfig, run_evaluation
@@ -102,6 +102,15 @@ def test_eval_info_holds_every_episode_and_consistent_figures(compared):
     for site in (*SITES, "fleet"):  # the console table
         assert any(line.startswith(site) for line in completed.stdout.splitlines()), completed.stdout
     assert completed.stdout.startswith("dask dashboard: http://127.0.0.1:")  # then the table
+
+
+def test_the_console_names_the_inputs_the_policy_reads_on_its_first_line(compared, checkpoint):
+    completed, _ = compared
+    spec = open_checkpoint(checkpoint).spec
+    lines = completed.stdout.splitlines()  # the run's lines (the dask dashboard's address), then the summary
+    first = next(index for index, line in enumerate(lines) if line.startswith("policy on reach: 3 robots x 4 episodes"))
+    assert f"; reads {spec.inputs} ({', '.join(spec.features)}); seeds:" in lines[first] and spec.inputs == "state"
+    assert lines[first + 1].split() == ["robot", "site", "policy", "expert"]  # then the per-robot comparison
 
 
 def test_compare_puts_the_expert_on_the_same_robots_and_seeds(compared):
@@ -371,17 +380,18 @@ def test_a_policy_that_outputs_nan_fails_its_episodes_with_the_reason(checkpoint
     assert [(r["success"], r["steps"], r["error"]) for r in records] == [(False, 0, "the agent's action is not finite")] * 3
 
 
-def test_eval_speed_benchmark_measures_every_setup(checkpoint, tmp_path):
+def test_eval_speed_benchmark_measures_every_setup_and_writes_only_its_out(checkpoint, tmp_path, capsys):
     from benchmarks import eval_speed
 
-    tables = tmp_path / "README.md"
+    before, tables, out = git_status(), tmp_path / "README.md", tmp_path / "speed.json"
     result = eval_speed.main(["--checkpoint", str(checkpoint), "--robots", "2", "--episodes", "2", "--rounds", "1",
-                              "--results-dir", str(tmp_path), "--tables", str(tables)])
+                              "--tables", str(tables), "--out", str(out)])
     assert set(result["episodes_per_s_best"]) == {"loop", "loop_batch1", "eval_1w", "eval_2w"}
     assert all(rate > 0 for rate in result["episodes_per_s_best"].values())
     assert result["ratios"]["eval_2w_vs_loop"] > 0 and result["job"]["task"] == "reach"
-    assert json.loads((tmp_path / "eval_speed.json").read_text())["ratios"] == result["ratios"]
-    assert "| reach 2x2" in tables.read_text()
+    assert json.loads(out.read_text())["ratios"] == result["ratios"]
+    assert "reach 2x2" in capsys.readouterr().out
+    assert not tables.exists() and git_status() == before  # a user's checkpoint: no rows, nothing in the repository
 
 
 def test_an_image_policy_gets_the_cameras_and_image_size_it_was_trained_on(camera_fleet, tmp_path):

@@ -12,7 +12,7 @@ from sim.fleet import make_robot
 from sim.tasks import resolve_task
 from train.checkpoint import latest_checkpoint, load_policy, open_checkpoint
 from collect_helpers import REPO, default_sigint, interrupt
-from train_helpers import metrics, train, train_command, train_env
+from train_helpers import metrics, summary, train, train_command, train_env
 
 
 def test_one_process_learns_checkpoints_and_resumes_where_it_stopped(pick_place_fleet, tmp_path):
@@ -26,6 +26,12 @@ def test_one_process_learns_checkpoints_and_resumes_where_it_stopped(pick_place_
 
     second = train("--data", pick_place_fleet, "--out", run, "--max-steps", "60")
     assert second.returncode == 0 and "resumed from step 40" in second.stdout
+    ended = summary(second)  # its last line: what it trained, how fast, how well, and where the checkpoint is
+    validation = [(r["val_loss"], r["step"]) for r in metrics(run) if "val_loss" in r]
+    assert (ended["steps"], ended["to"], ended["checkpoint"]) == ("20", "60", str(run / "checkpoints" / "last"))
+    assert float(ended["seconds"]) > 0 and int(ended["samples"].replace(",", "")) > 0 and ended["images"] is None
+    assert (float(ended["best"]), int(ended["best_step"])) == pytest.approx(min(validation), rel=1e-3)
+    assert float(ended["last"]) == pytest.approx(validation[-1][0], rel=1e-3)
     steps = [r["step"] for r in metrics(run) if "loss" in r]
     assert steps == sorted(steps) and steps[-1] == 60 and steps.count(40) == 1
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == \

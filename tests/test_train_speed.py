@@ -1,4 +1,5 @@
-"""benchmarks/train_speed.py runs every setup and writes its JSON and table row (figures are not asserted)."""
+"""benchmarks/train_speed.py runs every setup and prints its table row; on a given store it writes only the JSON
+--out names (figures are not asserted)."""
 
 import json
 from types import SimpleNamespace
@@ -7,11 +8,11 @@ from benchmarks import train_speed
 from benchmarks.common import REALTIME, python_command
 
 
-def test_train_speed_measures_one_and_two_ranks(pick_place_fleet, tmp_path):
-    tables = tmp_path / "README.md"
+def test_train_speed_measures_one_and_two_ranks(pick_place_fleet, tmp_path, capsys):
+    tables, out = tmp_path / "README.md", tmp_path / "speed.json"
     result = train_speed.main(["--data", str(pick_place_fleet), "--steps", "4", "--log-interval", "2", "--rounds", "1",
                                "--no-realtime", "--results-dir", str(tmp_path), "--tables", str(tables),
-                               "--", "--batch-size", "32", "--hidden", "32", "32"])
+                               "--out", str(out), "--", "--batch-size", "32", "--hidden", "32", "32"])
     scaling = result["mlp_scaling"]
     assert set(scaling["best"]) == {"1r1t", "1r2t", "2r1t", "2p1t"}
     assert not any(setup["realtime"] for setup in scaling["setups"].values())
@@ -20,26 +21,28 @@ def test_train_speed_measures_one_and_two_ranks(pick_place_fleet, tmp_path):
     assert 0 < scaling["best"]["2r1t"]["sync_efficiency"] < 1
     assert scaling["ratios"]["weak_scaling_efficiency"] > 0
     assert "weak_scaling_efficiency_fifo" not in scaling["ratios"]
-    assert json.loads((tmp_path / "train_speed.json").read_text())["mlp_scaling"]["ratios"] == scaling["ratios"]
-    assert "| cpu (gloo) | fleet | --batch-size 32 --hidden 32 32 | 4 |" in tables.read_text()
+    assert json.loads(out.read_text())["mlp_scaling"]["ratios"] == scaling["ratios"]
+    assert "cpu (gloo) | fleet | --batch-size 32 --hidden 32 32 | 4 |" in capsys.readouterr().out
+    assert not tables.exists() and not (tmp_path / "train_speed.json").exists()  # a given store: not recorded
 
 
-def test_the_image_case_trains_the_cnn_on_cameras_and_reports_its_data_wait(camera_fleet, tmp_path):
+def test_the_image_case_trains_the_cnn_on_cameras_and_reports_its_data_wait(camera_fleet, tmp_path, capsys):
+    out = tmp_path / "image.json"
     result = train_speed.main(["--case", "image", "--data", str(camera_fleet), "--steps", "4", "--log-interval", "2",
-                               "--rounds", "1", "--no-realtime", "--results-dir", str(tmp_path),
-                               "--tables", str(tmp_path / "README.md"), "--", "--batch-size", "8"])
+                               "--rounds", "1", "--no-realtime", "--out", str(out), "--", "--batch-size", "8"])
     scaling = result["image_scaling"]
     assert set(scaling["best"]) == {"1r1t", "1r2t", "2r1t", "2p1t"}
     assert 0 <= scaling["data_wait_share"] < 1 and scaling["ratios"]["weak_scaling_efficiency"] > 0
-    assert json.loads((tmp_path / "train_speed_image.json").read_text())["image_scaling"] == scaling
-    table = (tmp_path / "README.md").read_text()
-    assert "--policy cnn --inputs proprio+cameras --batch-size 32 --batch-size 8" in table
+    assert json.loads(out.read_text())["image_scaling"] == scaling
+    assert "--policy cnn --inputs proprio+cameras --batch-size 32 --batch-size 8" in capsys.readouterr().out
 
 
-def test_the_threads_case_runs_two_runs_and_two_torchrun_agents_with_no_thread_option(pick_place_fleet, tmp_path):
+def test_the_threads_case_runs_two_runs_and_two_torchrun_agents_with_no_thread_option(pick_place_fleet, tmp_path,
+                                                                                      capsys):
+    out = tmp_path / "threads.json"
     result = train_speed.main(["--case", "threads", "--data", str(pick_place_fleet), "--steps", "4", "--log-interval",
-                               "2", "--rounds", "1", "--results-dir", str(tmp_path),
-                               "--tables", str(tmp_path / "README.md"), "--", "--batch-size", "32", "--hidden", "32", "32"])
+                               "2", "--rounds", "1", "--out", str(out),
+                               "--", "--batch-size", "32", "--hidden", "32", "32"])
     scaling = result["threads_scaling"]
     assert scaling["setups"]["2p_auto"] == {"ranks": 1, "threads": 0, "runs": 2, "realtime": False, "agents": False}
     assert scaling["setups"]["2a_auto"] == {"ranks": 2, "threads": 0, "runs": 1, "realtime": False, "agents": True}
@@ -47,8 +50,8 @@ def test_the_threads_case_runs_two_runs_and_two_torchrun_agents_with_no_thread_o
     assert best["2p_auto"]["slowest_run_samples_per_s"] <= best["2p_auto"]["samples_per_s"] / 2
     assert 0 < best["2a_auto"]["sync_efficiency"] < 1  # the two agents' ranks joined one DDP job
     assert set(scaling["ratios"]) == {"each_of_two_runs_vs_one_alone", "two_agents_vs_standalone"}
-    assert json.loads((tmp_path / "train_speed_threads.json").read_text())["threads_scaling"] == scaling
-    assert "| cpu (gloo) | fleet | --batch-size 32 --hidden 32 32 | 4 |" in (tmp_path / "README.md").read_text()
+    assert json.loads(out.read_text())["threads_scaling"] == scaling
+    assert "cpu (gloo) | fleet | --batch-size 32 --hidden 32 32 | 4 |" in capsys.readouterr().out
 
 
 def test_the_realtime_setups_repeat_the_cpu_ones_under_the_scheduler_and_get_their_own_ratios(monkeypatch, tmp_path):

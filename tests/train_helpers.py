@@ -1,6 +1,7 @@
 """Running ``train/bc.py`` as users do: one process, or ranks under torchrun."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -30,3 +31,16 @@ def train(*arguments, ranks: int = 1, script: str = "bc.py") -> subprocess.Compl
 
 def metrics(run) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+SUMMARY = re.compile(r"done: (?P<steps>\d+) steps(?: \(from step \d+ to (?P<to>\d+)\))? in (?P<seconds>[\d.]+) s "
+                     r"\((?P<samples>[\d,]+) samples/s(?:, (?P<images>[\d,]+) images/s)?\); "
+                     r"(?:validation loss best (?P<best>\S+) \(step (?P<best_step>\d+)\), last (?P<last>\S+)"
+                     r"|no validation loss \(no episodes held out\)); checkpoint (?P<checkpoint>.+)")
+
+
+def summary(completed: subprocess.CompletedProcess) -> dict[str, str | None]:
+    """The fields of the summary line a run of bc.py ends its output with."""
+    match = SUMMARY.fullmatch(completed.stdout.strip().splitlines()[-1])
+    assert match, completed.stdout[-2000:]
+    return match.groupdict()

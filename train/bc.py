@@ -23,6 +23,7 @@ import gc
 import math
 import os
 import sys
+import time
 from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
@@ -197,6 +198,11 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
                         for m in policy.modules())  # _BatchNorm: every BatchNorm kind, SyncBatchNorm included
     model = policy
     if ddp:
+        # A backward pass gives some weights (a 1x1 convolution's) gradients of another memory layout than
+        # DDP's bucket, which DDP would copy over with a warning; gradients that exist before DDP wraps the
+        # model become views into its bucket, and every backward then accumulates into them in place.
+        for parameter in policy.parameters():
+            parameter.grad = torch.zeros_like(parameter) if parameter.requires_grad else None
         # gradient_as_bucket_view: each .grad is a view into DDP's bucket, so the backward writes the gradients
         # where the all-reduce reads them instead of copying them in and the averages back (2-rank CPU steps
         # ~10% faster).
@@ -279,7 +285,8 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
     timer = StepTimer(policy, device)
 
     # ----- the loop ------------------------------------------------------------------------------------
-    first_step = step
+    first_step, started = step, time.perf_counter()
+    images_per_sample = spec.n_obs_steps * sum(store.features[name]["dtype"] == "image" for name in spec.features)
     window_loss, window_steps = 0.0, 0  # the logged loss is the mean over the log window
     batches = iter(train_loader)
     while step < until:
@@ -346,6 +353,7 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
             save(step)
 
     # ----- the end -------------------------------------------------------------------------------------
+    seconds = time.perf_counter() - started
     if ddp and step > first_step:  # a cheap guard: every rank must hold the same weights (and the same average)
         weights = [*policy.parameters(), *(ema.parameters() if ema is not None else [])]
         digest = torch.stack([p.detach().double().sum() for p in weights]).sum().reshape(1)
@@ -364,7 +372,8 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
     threads.close()
     if master:
         monitor.close()
-        print(f"done: {run / 'checkpoints' / 'last'}" if step > first_step
+        print(monitor.summary(first_step, step, seconds, effective_batch, images_per_sample,
+                              run / "checkpoints" / "last") if step > first_step
               else f"nothing to do: {run} is trained to step {step} (of {until})")
 
 

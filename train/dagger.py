@@ -1,6 +1,6 @@
 """DAgger's rounds for train/distill.py: the student drives on the fleet, the teacher labels.
 
-One round rolls the student out on every robot of the training store (on dask, through
+One round rolls the student out on the robots it trains on (on dask, through
 collect's engine, one task and one writer per robot), records each state it visits with
 the action the teacher takes there, and writes those episodes, failures included, as a new
 fleet store in collect's shard format. Its manifest and shards carry a ``lineage``: the
@@ -59,10 +59,11 @@ def round_directory(run: Path, round: int) -> Path:
     return Path(run) / "dagger" / f"round_{round}"
 
 
-def collect_round(run: Path, round: int, teacher: str, store: FleetStore, episodes: int, workers: int,
-                  quiet: bool = False) -> Path:
+def collect_round(run: Path, round: int, teacher: str, store: FleetStore, robots: list[int], episodes: int,
+                  workers: int, quiet: bool = False) -> Path:
     """Roll the student of ``run`` (its latest checkpoint, kept as the round's ``round_N_student``) out for
-    ``episodes`` per robot of ``store`` and write the teacher-labelled episodes to the round's store.
+    ``episodes`` on each of ``robots`` (robots of ``store``, the fleet it trained on) and write the
+    teacher-labelled episodes to the round's store.
     Resumable: a rerun keeps the round's student and collects only the missing episodes."""
     out = round_directory(run, round)
     student = out.parent / f"round_{round}_student"
@@ -70,13 +71,13 @@ def collect_round(run: Path, round: int, teacher: str, store: FleetStore, episod
         out.parent.mkdir(parents=True, exist_ok=True)
         open_checkpoint(latest_checkpoint(run)).write(student)
     data = store.manifest["data_config"]
-    config = CollectConfig(robots=max(store.robots) + 1, episodes=episodes, task=store.manifest["task"]["reference"],
+    config = CollectConfig(robots=max(robots) + 1, episodes=episodes, task=store.manifest["task"]["reference"],
                            out=str(out), seed=data["seed"], cameras=tuple(data["cameras"]),
                            image_size=data["image_size"], keep_failures=True, workers=workers, quiet=quiet)
     lineage = {"source": "dagger", "round": round, "teacher": teacher, "student": str(student),
                "trained_on": str(store.path)}
     actor = Actor(DaggerAgents(str(student), teacher), seed_stream="dagger", seed_round=round, lineage=lineage)
-    summary = run_collection(config, robot_episodes={robot: episodes for robot in store.robots}, actor=actor)
+    summary = run_collection(config, robot_episodes={robot: episodes for robot in robots}, actor=actor)
     if not quiet:
         print(f"DAgger round {round}: {summary.episodes} episodes by the student, labelled by the teacher, "
               f"in {out}")

@@ -12,8 +12,9 @@ predicts there (``TeacherLabels``). The teacher is any checkpoint ``evaluate`` l
 usually smaller (a warning says when it is not), with its own inputs.
 
 With ``--dagger-rounds R`` (DAgger), after ``--max-steps`` steps on the store the student is
-rolled out on every robot of the fleet, the teacher labels each state it visits, and those
-episodes become a new store in collect's format (train/dagger.py); the student then trains
+rolled out on every robot it trains on (all, or those ``--robots`` and ``--sites`` keep), the
+teacher labels each state it visits, and those episodes become a new store in collect's
+format (train/dagger.py); the student then trains
 ``--dagger-steps`` more on the store and every round so far, and so on R times. Rank 0
 collects while the other ranks wait. The learning-rate schedule spans all the steps.
 
@@ -154,6 +155,12 @@ def warn_if_larger(student: PolicySpec, store: FleetStore, teacher: Policy) -> N
              f"({teacher.spec.kind}, {sizes[1]:,}): distillation then saves nothing to send or run")
 
 
+def rollout_robots(config: DistillConfig, store: FleetStore) -> list[int]:
+    """The robots of ``store`` that ``--robots`` and ``--sites`` keep: those DAgger rolls the student out on."""
+    return [robot for robot in store.robots if (not config.robots or robot in config.robots)
+            and (not config.sites or store.site_of(robot) in config.sites)]
+
+
 def run_distillation(config: DistillConfig) -> None:
     """Distil the teacher of ``config`` into its student, with its DAgger rounds: the whole of distill.py."""
     master = int(os.environ.get("RANK", "0")) == 0
@@ -173,7 +180,8 @@ def run_distillation(config: DistillConfig) -> None:
     for round in range(config.dagger_rounds + 1):
         if round > 0:
             if master:
-                collect_round(Path(config.out), round, config.teacher, store, config.dagger_episodes, config.workers)
+                collect_round(Path(config.out), round, config.teacher, store, rollout_robots(config, store),
+                              config.dagger_episodes, config.workers)
             if ddp:
                 dist.barrier()
             rounds.append(FleetStore.open(round_directory(Path(config.out), round)))

@@ -177,6 +177,24 @@ class Monitor:
             print(f"warning: sync efficiency {efficiency:.2f} is below {SYNC_EFFICIENCY_WARNING}: ranks spend "
                   f"{1 - efficiency:.0%} of their step communicating; {remedy}", file=sys.stderr, flush=True)
 
+    def summary(self, first_step: int, step: int, seconds: float, batch: int, images_per_sample: int,
+                checkpoint: Path) -> str:
+        """The run's last line: the steps trained from ``first_step`` to ``step`` and their wall time,
+        samples/s of ``batch`` windows a step (images/s for a policy that sees images) over it, the
+        best and the last validation loss in metrics.jsonl (steps before a resume included) and the
+        checkpoint."""
+        rate = (step - first_step) * batch / seconds if seconds > 0 else 0.0
+        resumed = f" (from step {first_step} to {step})" if first_step else ""
+        images = f", {rate * images_per_sample:,.0f} images/s" if images_per_sample else ""
+        losses = [(record["val_loss"], record["step"]) for record in read_records(self.metrics_path)
+                  if "val_loss" in record]
+        validation = "no validation loss (no episodes held out)"
+        if losses:
+            (best, at), last = min(losses), losses[-1][0]
+            validation = f"validation loss best {best:.4g} (step {at}), last {last:.4g}"
+        return (f"done: {step - first_step} steps{resumed} in {seconds:.2f} s ({rate:,.0f} samples/s{images}); "
+                f"{validation}; checkpoint {checkpoint}")
+
     def close(self) -> None:
         """Flush and close everything, and draw RUN/training_curve.png from metrics.jsonl."""
         self.metrics.close()
