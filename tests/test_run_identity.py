@@ -4,10 +4,12 @@ and said; an error that a torchrun restart cannot fix ends the job after one att
 import json
 import subprocess
 
+import pytest
+
 from train.checkpoint import open_checkpoint
 from train.restarts import RECORD
 from collect_helpers import REPO
-from train_helpers import train, train_command, train_env
+from train_helpers import metrics, train, train_command, train_env
 
 
 def refusal(completed) -> str:
@@ -50,7 +52,10 @@ def test_an_optimisation_option_changed_on_resume_is_refused_and_max_steps_is_ap
     assert "it was trained with --lr 0.003, not 0.01: resume with the same --lr, or --no-resume" in stderr
     extended = train("--data", pick_place_fleet, "--out", run_copy, "--max-steps", "30")
     assert extended.returncode == 0 and extended.stderr == "", extended.stderr
-    assert "resumed from step 20 (--max-steps 30, was 20: the learning-rate schedule now ends there)" in extended.stdout
+    assert ("resumed from step 20 (--max-steps 30, was 20: the learning rate carries on from 0.0003 and decays to "
+            "10% at the new end)") in extended.stdout
+    rates = {record["step"]: record["lr"] for record in metrics(run_copy) if "lr" in record}
+    assert all(rate == pytest.approx(rates[20]) for step, rate in rates.items() if step > 20)  # no jump back up
     assert open_checkpoint(run_copy).config["max_steps"] == 30
 
 

@@ -165,6 +165,18 @@ def test_the_learning_rate_scales_with_the_effective_batch():
     assert scaled_learning_rate(1e-3, "linear", 64, 256) == pytest.approx(2.5e-4)
 
 
+def test_an_extended_schedule_carries_on_from_where_it_stood_and_ends_at_a_tenth():
+    from train.schedule import Schedule
+
+    schedule = Schedule(warmup_steps=10, max_steps=100)
+    before = [schedule(step) for step in range(60)]
+    schedule.extend(50, 200)  # resumed at step 50 with --max-steps 200
+    after = [schedule(step) for step in range(50, 201)]
+    assert after[0] == pytest.approx(before[50]) and after[-1] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(after, after[1:]))  # it only decays: no jump
+    assert after[10] > before[59]  # slower than the old schedule would have
+
+
 def test_adamw_takes_only_trained_weights_and_steps_like_torchs_default_loop():
     """The fused kernel ``adamw`` uses gives the per-tensor loop's weights, to float rounding, over 20 steps."""
     from train.schedule import adamw

@@ -50,7 +50,7 @@ from train.identity import check_resume, data_identity
 from train.data import open_training_store
 from train.monitor import Monitor, StepTimer, sync_efficiency
 from train.policies.policy import PolicySpec, changed_spec_fields, make_policy, policy_spec
-from train.schedule import adamw, learning_rate_factor, scaled_learning_rate
+from train.schedule import Schedule, adamw, scaled_learning_rate
 from train.threads import ThreadShare
 
 def mean_over_ranks(values: dict[str, float], device: torch.device) -> dict[str, float]:
@@ -219,8 +219,8 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
     effective_batch = config.batch_size * config.grad_accum * world_size
     lr = scaled_learning_rate(config.lr, config.lr_scaling, effective_batch, config.base_batch)
     optimizer = adamw(policy.parameters(), lr=lr, weight_decay=config.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: learning_rate_factor(step, config.warmup_steps, config.max_steps))
+    schedule = Schedule(config.warmup_steps, config.max_steps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     autocast = functools.partial(torch.autocast, device.type, enabled=config.amp != "none",
                                  dtype=torch.float16 if config.amp == "fp16" else torch.bfloat16)
     scaler = torch.amp.GradScaler(device.type, enabled=config.amp == "fp16")  # fp16 gradients would underflow
@@ -243,6 +243,7 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
         if scaler.is_enabled() and "scaler" in training:
             scaler.load_state_dict(training["scaler"])
         optimizer.load_state_dict(training["optimizer"])
+        schedule.max_steps = resumed.config.get("max_steps", config.max_steps)  # restored below where saved
         scheduler.load_state_dict(training["scheduler"])
         lr = scheduler.base_lrs[0]  # the checkpoint's, even if the world size changed
         restore_rng_state(training["rng"])
@@ -261,9 +262,11 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
                    data=repo_relative(store.path), identity=identity, code_version=code_version(),
                    training=training).save(run, keep=config.keep_checkpoints)
 
-    previous_steps = resumed.config.get("max_steps", config.max_steps) if resumed else config.max_steps
-    extended = (f" (--max-steps {config.max_steps}, was {previous_steps}: the learning-rate schedule now ends there)"
-                if previous_steps != config.max_steps else "")
+    extended = ""
+    if schedule.max_steps != config.max_steps:  # a resume with another --max-steps
+        extended = (f" (--max-steps {config.max_steps}, was {schedule.max_steps}: the learning rate carries on from "
+                    f"{lr * schedule(step):.3g} and decays to 10% at the new end)")
+        schedule.extend(step, config.max_steps)
     threads.refresh(force=True)  # the other ranks have registered by now: the start line counts them
     if master:
         run.mkdir(parents=True, exist_ok=True)

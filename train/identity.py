@@ -12,8 +12,9 @@ about to carry it on:
   with the checkpoint's normalisation and says what changed;
 - an option that shapes the optimisation (``FIXED_ON_RESUME``) given another value: refused,
   since the optimiser and schedule state come from the checkpoint;
-- another ``--max-steps``: applied (the run is extended or ends sooner; the learning-rate
-  schedule ends at the new step), and train/bc.py's start line says so.
+- another ``--max-steps``: applied (the run is extended or ends sooner; the learning rate
+  carries on from where it stood, ``train.schedule.Schedule.extend``), and train/bc.py's
+  start line says so.
 """
 
 from __future__ import annotations

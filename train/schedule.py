@@ -28,6 +28,31 @@ def learning_rate_factor(step: int, warmup_steps: int, max_steps: int) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+class Schedule:
+    """train/bc.py's learning-rate factor at each step: ``learning_rate_factor`` over ``max_steps``.
+
+    A run resumed with another ``--max-steps`` calls ``extend``: from the step it resumes at,
+    the factor carries on from the value it had reached and decays by cosine to 0.1 at the
+    new end, so the learning rate never jumps. LambdaLR saves a callable object's attributes
+    with its state (and restores them on load), so a checkpoint keeps the schedule it trained on.
+    """
+
+    def __init__(self, warmup_steps: int, max_steps: int):
+        self.warmup_steps, self.max_steps = warmup_steps, max_steps
+        self.anchor: tuple[int, float] | None = None  # (step, factor) where an extended schedule starts
+
+    def __call__(self, step: int) -> float:
+        if self.anchor is None or step < self.anchor[0]:
+            return learning_rate_factor(step, self.warmup_steps, self.max_steps)
+        start, factor = self.anchor
+        progress = min(1.0, (step - start) / max(1, self.max_steps - start))
+        return 0.1 + (factor - 0.1) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    def extend(self, step: int, max_steps: int) -> None:
+        """End at ``max_steps`` instead, carrying on smoothly from ``step``."""
+        self.anchor, self.max_steps = (step, self(step)), max_steps
+
+
 def scaled_learning_rate(lr: float, rule: str, effective_batch: int, base_batch: int) -> float:
     """``lr``, meant for ``base_batch``, scaled to ``effective_batch``: none, linear or sqrt in the ratio."""
     ratio = effective_batch / base_batch
