@@ -135,16 +135,20 @@ def _check_schema(checkpoint: Checkpoint, env_features: dict) -> None:
 def _training_store(checkpoint: Checkpoint | None) -> FleetStore | None:
     """The collection the checkpoint was trained on, where it is still on disk.
 
-    A ``ValueError`` (a corrupt manifest, a store zarr cannot open) stops the evaluation: its
-    held-out seeds could not be checked against it.
+    A ``ValueError`` (a corrupt manifest, a store zarr cannot open, robot stores under repair)
+    stops the evaluation: its held-out seeds could not be checked against it.
     """
     data = checkpoint.data if checkpoint else None
     if not data:
         return None
     try:
-        return FleetStore.open(from_repo(data))
+        store = FleetStore.open(from_repo(data))
     except OSError:  # moved or deleted: the seeds are held out by their stream alone
         return None
+    if store.repairing:
+        raise ValueError(f"the training collection {store.path} has robot stores under repair (an interrupted "
+                         f"`dataset verify --repair`): run `dataset verify {store.path} --repair`, then evaluate")
+    return store
 
 
 def trained_seeds(store: FleetStore, robot_id: int) -> set[int]:

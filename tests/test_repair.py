@@ -20,9 +20,11 @@ import zarr
 from collect_helpers import REPO, collected, subprocess_env
 from dataset.cli import main as dataset_main
 from dataset.repair import ASIDE
+from eval.cli import main as evaluate_main
 from fault_helpers import assert_one_line, exit_code_of, flip_byte
 from sim.shared import CRASH_AT
 from train.bc import main as bc_main
+from train.checkpoint import open_checkpoint
 from train_helpers import QUICK
 
 # after the journal is written, after the stores are set aside, after the first episode a worker
@@ -63,7 +65,8 @@ def robots_listed(store) -> dict:
 
 
 @pytest.mark.parametrize("step", STEPS)
-def test_a_repair_killed_at_any_step_loses_nothing_and_a_rerun_finishes_it(reach_fleet, tmp_path, capsys, step):
+def test_a_repair_killed_at_any_step_loses_nothing_and_a_rerun_finishes_it(reach_fleet, trained_run, tmp_path,
+                                                                           capsys, step):
     store = damaged_copy(reach_fleet, tmp_path)
     killed = repair(store, crash_at=step)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
@@ -77,6 +80,11 @@ def test_a_repair_killed_at_any_step_loses_nothing_and_a_rerun_finishes_it(reach
     dataset_main(["info", str(store)])
     shown = capsys.readouterr()
     assert shown.out.count("under repair") == 2 and "2 robot store(s) are not usable" in shown.err
+    trained_here = open_checkpoint(trained_run)  # a policy whose held-out seeds are checked against this store
+    trained_here.data = str(store)
+    assert exit_code_of(evaluate_main, ["--checkpoint", trained_here.write(tmp_path / "checkpoint"),
+                                        "--out", tmp_path / "eval"]) == 2
+    assert_one_line(capsys.readouterr().err, "has robot stores under repair", f"dataset verify {store} --repair")
 
     finished = repair(store)
     assert finished.returncode == 0 and finished.stdout.strip().endswith("OK"), finished.stderr[-3000:]
