@@ -29,9 +29,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dataset.inputs import IMAGE_PREFIX
 from train.augment import images_to_model
 from train.checkpoint import Checkpoint
-from train.policies.policy import IMAGE_PREFIX, PolicySpec
+from train.policies.policy import PolicySpec
 
 POLICY_FILES = ("config.json", "model.safetensors")
 SIDECAR = Path("meta") / "robofleet.json"  # written beside an export by dataset/lerobot_io.py
