@@ -292,8 +292,8 @@ def policy_spec(config, store_features: dict[str, dict]) -> PolicySpec:
 
     ``config.inputs`` picks the features (``INPUTS``; ``auto``: ``proprio+cameras`` for
     cnn, and for act and diffusion on a store with cameras, else ``state``; the features through
-    ``dataset.inputs.select_inputs``), cameras as [C, H, W]. Raises ValueError, naming the fix, for an unknown kind, inputs the kind cannot take, or
-    inputs the store cannot feed.
+    ``dataset.inputs.select_inputs``), cameras as [C, H, W]. Raises ValueError, naming the fix,
+    for an unknown kind, inputs the kind cannot take, or inputs the store cannot feed.
     """
     cls = policy_class(config.policy)
     inputs = config.inputs
