@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> dict:
                                      out=str(work / "fleet"), cameras=tuple(args.cameras), image_size=args.image_size,
                                      quiet=True))
         store = FleetStore.open(work / "fleet")
-        export_lerobot(store, work / "lerobot", progress=False)
+        export_lerobot(store, work / "lerobot", progress=False,
+                       inputs="state+cameras" if args.cameras else "state")  # the features both loaders read
         setups = build_setups(store, features, work / "lerobot", args.batch_size)
         rounds = [{name: samples_per_second(batches, args.batch_size, args.seconds) for name, batches in setups.items()}
                   for _ in range(args.rounds)]

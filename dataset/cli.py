@@ -6,6 +6,8 @@
     dataset verify data/fleet --repair           ... and recollect the damaged robots from their seeds
     dataset stats data/fleet                     normalisation statistics (cached in stats.json)
     dataset export-lerobot data/fleet data/lerobot_fleet
+                                                 a robot's observations (--inputs state+cameras adds the
+                                                 simulator's privileged state)
     dataset import-lerobot data/lerobot_fleet data/imported
 """
 
@@ -23,8 +25,9 @@ import numpy as np
 from collect.shard import store_bytes
 from dataset.chunks import DataError, read_rows
 from dataset.fleet_store import FleetStore
+from dataset.inputs import INPUTS
 from dataset.stats import fleet_stats
-from sim.shared import check_output_directory, fail, parse_subcommand, warn
+from sim.shared import check_choices, check_output_directory, fail, parse_subcommand, warn
 
 CORRUPT_EXIT = 1
 
@@ -67,9 +70,13 @@ class ExportConfig:
     root: str = field(metadata={"positional": True, "help": "new LeRobotDataset root (must not exist)"})
     repo_id: str | None = field(default=None, metadata={"help": "dataset repo id (default: robofleet/<store name>)"})
     videos: bool = field(default=False, metadata={"help": "encode cameras as video (lossy) instead of images"})
+    inputs: str | None = field(default=None, metadata={
+        "help": f"the observations to write, as bc.py's --inputs: {', '.join(INPUTS)} "
+                "(default: proprio+cameras for a store with cameras, else state)"})
 
     def __post_init__(self):
         check_output_directory(self.root, "ROOT")
+        check_choices(self, {"inputs": (None, *INPUTS)})
 
 
 @dataclass
@@ -202,13 +209,15 @@ def stats(config: StatsConfig) -> None:
 
 
 def export_lerobot(config: ExportConfig) -> None:
-    from dataset.lerobot_io import export_lerobot as export  # lerobot is slow to import: only when asked
+    from dataset.lerobot_io import default_inputs, export_lerobot as export  # lerobot is slow to import
 
+    store = _open(config.store)
+    inputs = config.inputs or default_inputs(store.features)
     try:
-        root = export(_open(config.store), Path(config.root), repo_id=config.repo_id, use_videos=config.videos)
+        root = export(store, Path(config.root), repo_id=config.repo_id, use_videos=config.videos, inputs=inputs)
     except ValueError as error:
         fail(str(error))
-    print(f"wrote LeRobotDataset {root}")
+    print(f"wrote LeRobotDataset {root} (observations: --inputs {inputs})")
 
 
 def import_lerobot(config: ImportConfig) -> None:

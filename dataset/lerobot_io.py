@@ -1,15 +1,20 @@
 """LeRobot interop: a fleet store to a LeRobotDataset v3.0 and back, through lerobot's own API.
 
 ``export_lerobot`` writes every committed episode with ``LeRobotDataset.create`` /
-``add_frame`` / ``save_episode`` / ``finalize``. Each frame also carries two int64 (1,)
+``add_frame`` / ``save_episode`` / ``finalize``. Of the observations it writes only what a
+policy should read (``inputs``, as bc.py's ``--inputs``; by default ``proprio+cameras`` for a
+store with cameras, else ``state``): lerobot-train feeds a policy every feature it finds, so
+the simulator's privileged ``observation.environment_state`` goes in only on request. Actions
+and the ``next.*`` features always go. Each frame also carries two int64 (1,)
 features, ``robot_id`` and ``site_id`` (an index into ``SITES``, -1 for an unknown
 site), and the task name as its LeRobot task string. Images stay ``image`` features
 (PNG inside the parquet files: lossless) unless ``use_videos`` makes them ``video``
 (AV1 mp4: lossy). Bool features such as ``next.success`` are stored as bool, which
 lerobot accepts. Beside lerobot's files, ``meta/robofleet.json`` (the sidecar, written
-last) keeps what LeRobot has no place for: the store manifest, the features as stored
-in zarr, each shard's attrs (profile included) and each episode's attempt index,
-seed and success.
+last) keeps what LeRobot has no place for: the store manifest, the inputs exported, the
+exported features as stored in zarr, each shard's attrs (profile included) and each
+episode's attempt index, seed and success. An export without some observation imports as a
+store without it.
 
 ``import_lerobot`` reads any local LeRobotDataset v3.0 into a fleet store: one shard
 per ``robot_id`` (a single robot_0000.zarr without that feature). With a sidecar the
@@ -37,6 +42,7 @@ from lerobot.datasets.video_utils import decode_video_frames
 from collect.manifest import write_store_manifest
 from collect.shard import EpisodeRecord, ShardWriter, storage_dtype, store_name
 from dataset.fleet_store import FleetStore
+from dataset.inputs import STATE_FEATURES, camera_names, select_inputs
 from sim.fleet import SITES
 from sim.shared import code_version, progress_bar, write_json_atomic
 
@@ -49,32 +55,36 @@ FLUSH_FRAMES = 2048  # frames an import buffers before committing (collect's def
 
 
 def export_lerobot(store: FleetStore, root: Path, repo_id: str | None = None, use_videos: bool = False,
-                   progress: bool = True) -> Path:
+                   progress: bool = True, inputs: str | None = None) -> Path:
     """Write every committed episode of ``store`` into a new LeRobotDataset v3.0 at ``root``.
 
-    ``repo_id`` defaults to ``robofleet/<store directory name>``; nothing is pushed to the
-    hub. Returns ``root``. Refuses (ValueError) an existing ``root`` or an empty store.
+    ``inputs`` (a key of ``dataset.inputs.INPUTS``) picks the observations written, by default
+    ``default_inputs(store.features)``. ``repo_id`` defaults to ``robofleet/<store directory
+    name>``; nothing is pushed to the hub. Returns ``root``. Refuses (ValueError) an existing
+    ``root``, an empty store, or inputs the store cannot feed.
     """
     root = Path(root)
     if root.exists():
         raise ValueError(f"{root} already exists; export_lerobot writes a new LeRobotDataset")
     if store.num_episodes == 0:
         raise ValueError(f"{store.path} holds no committed episodes; nothing to export")
+    inputs = inputs or default_inputs(store.features)
+    stored = exported_features(store.features, inputs)
     manifest = store.manifest or {}
     task = manifest.get("task", {}).get("name") or _shard_attr(store, "task")
     fps = int(manifest.get("fps") or _shard_attr(store, "fps"))
     features = {name: {"dtype": "video" if use_videos and feature["dtype"] == "image" else feature["dtype"],
                        "shape": tuple(feature["shape"]),  # lerobot compares shapes with tuples
                        "names": feature["names"]}
-                for name, feature in store.features.items()}
+                for name, feature in stored.items()}
     # Built aside and renamed into place at the end: an interrupted export leaves no half dataset at root.
     building = root.with_name(f".{root.name}.exporting")
     if building.exists():
         shutil.rmtree(building)  # left by an export that died
     dataset = LeRobotDataset.create(repo_id or f"robofleet/{store.path.name}", fps, {**features, **FLEET_FEATURES},
                                     root=building, robot_type=ROBOT_TYPE, use_videos=use_videos)
-    sidecar = {"version": SIDECAR_VERSION, "sites": list(SITES), "manifest": store.manifest,
-               "features": store.features, "robots": {}, "episodes": []}
+    sidecar = {"version": SIDECAR_VERSION, "sites": list(SITES), "manifest": store.manifest, "inputs": inputs,
+               "features": stored, "robots": {}, "episodes": []}
     with _quiet_lerobot(), progress_bar(total=store.num_episodes, desc="export", unit="ep",
                                           disable=not progress) as bar:
         try:
@@ -88,7 +98,7 @@ def export_lerobot(store: FleetStore, root: Path, repo_id: str | None = None, us
                 for index in range(store.num_episodes_of(robot)):
                     episode, info = store.episode(robot, index), store.episode_info(robot, index)
                     for t in range(info["length"]):
-                        dataset.add_frame({**{name: values[t] for name, values in episode.items()},
+                        dataset.add_frame({**{name: episode[name][t] for name in stored},
                                            **fleet_columns, "task": task})
                     dataset.save_episode()
                     sidecar["episodes"].append({"robot_id": robot, **info})
@@ -102,6 +112,20 @@ def export_lerobot(store: FleetStore, root: Path, repo_id: str | None = None, us
     write_json_atomic(building / SIDECAR, sidecar)
     building.rename(root)
     return root
+
+
+def default_inputs(features: dict[str, dict]) -> str:
+    """What an export holds unless told: a real robot's observations (``proprio+cameras``) where the
+    store has cameras, else ``state``."""
+    return "proprio+cameras" if camera_names(features) else "state"
+
+
+def exported_features(features: dict[str, dict], inputs: str) -> dict[str, dict]:
+    """The store's ``features`` an export with ``inputs`` writes: the observations ``inputs`` takes
+    and every feature that is not an observation a policy reads (action, ``next.*``)."""
+    observations = set(STATE_FEATURES) | set(camera_names(features))
+    selected = set(select_inputs(inputs, features))
+    return {name: feature for name, feature in features.items() if name not in observations or name in selected}
 
 
 def remove_empty_folders(directory: Path) -> None:

@@ -13,10 +13,10 @@ the policy type, its input features (names and shapes, images as C x H x W), its
 size and chunk length, and, where lerobot-train trained it on a ``dataset export-lerobot``
 export, the task and fleet seed that export's ``meta/robofleet.json`` records.
 ``LeRobotAgent`` loads it through lerobot's own API (the policy class's ``from_pretrained``,
-``make_pre_post_processors(pretrained_path=...)``) and runs it: env observations are
-batched, images go from uint8 H x W x C to float C x H x W in [0, 1] as lerobot-eval hands
-them over, then preprocessor, ``select_action`` (LeRobot keeps its own action queue) and
-postprocessor.
+``make_pre_post_processors(pretrained_path=...)``) and runs it: ``lerobot_batch`` batches
+the env observations as lerobot-eval hands them over (images from uint8 H x W x C to float
+C x H x W in [0, 1]), then preprocessor, ``select_action`` (LeRobot keeps its own action
+queue), postprocessor, and ``env_actions`` gives each env its numpy action.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dataset.inputs import is_image
 from train.augment import images_to_model
 from train.checkpoint import Checkpoint
-from train.policies.policy import IMAGE_PREFIX, PolicySpec
+from train.policies.policy import PolicySpec
 
 POLICY_FILES = ("config.json", "model.safetensors")
 SIDECAR = Path("meta") / "robofleet.json"  # written beside an export by dataset/lerobot_io.py
@@ -73,7 +74,7 @@ def describe_lerobot_policy(path: str | Path) -> Checkpoint:
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{path / 'config.json'} is not a LeRobot policy config ({error!r})") from None
     shapes = {name: list(feature["shape"]) for name, feature in inputs.items()}
-    env_shapes = {name: shape[1:] + shape[:1] if name.startswith(IMAGE_PREFIX) else shape
+    env_shapes = {name: shape[1:] + shape[:1] if is_image(name) else shape
                   for name, shape in shapes.items()}
     manifest = _training_export(path)
     step = path.parent.name
@@ -85,6 +86,22 @@ def describe_lerobot_policy(path: str | Path) -> Checkpoint:
                       features={**{name: {"shape": shape} for name, shape in env_shapes.items()},
                                 "action": {"shape": list(action_shape)}},
                       task=task, identity={"seed": manifest.get("seed")}, step=int(step) if step.isdigit() else None)
+
+
+def lerobot_batch(observations: list[dict], names: list[str] | None = None) -> dict[str, torch.Tensor]:
+    """A LeRobot policy's input batch from one env observation per env (``names``: the features to take,
+    by default all): each feature stacked over the envs, cameras as float [B, C, H, W] in [0, 1], the
+    rest as float32 [B, ...]."""
+    batch = {}
+    for name in names or list(observations[0]):
+        values = torch.from_numpy(np.stack([observation[name] for observation in observations]))
+        batch[name] = images_to_model(values) if is_image(name) else values.float()
+    return batch
+
+
+def env_actions(actions: torch.Tensor) -> list[np.ndarray]:
+    """One numpy action per env from a policy's [B, A] actions, on whatever device they are."""
+    return list(actions.detach().cpu().numpy())
 
 
 class LeRobotAgent:
@@ -112,9 +129,5 @@ class LeRobotAgent:
 
     @torch.no_grad()
     def act(self, observations: list[dict], active: list[bool]) -> list[np.ndarray]:
-        batch = {}
-        for name in self.inputs:
-            values = torch.from_numpy(np.stack([observation[name] for observation in observations]))
-            batch[name] = images_to_model(values) if name.startswith(IMAGE_PREFIX) else values.float()
-        actions = self.postprocessor(self.policy.select_action(self.preprocessor(batch)))
-        return list(actions.cpu().numpy())
+        batch = lerobot_batch(observations, self.inputs)
+        return env_actions(self.postprocessor(self.policy.select_action(self.preprocessor(batch))))

@@ -23,13 +23,14 @@ import torch
 from collect.schema import features_of
 from dataset import FleetStore
 from dataset.chunks import DataError, read_rows
+from dataset.inputs import IMAGE_PREFIX, PRIVILEGED_FEATURE, camera_names
 from eval.config import EvalConfig
 from eval.lerobot_policy import LeRobotAgent, describe_lerobot_policy, is_lerobot_pretrained
 from sim.fleet import RobotProfile, episode_seed, make_robot
-from sim.shared import from_repo, one_line, repo_relative
+from sim.shared import from_repo, one_line, repo_relative, warn
 from sim.tasks import resolve_task
 from train.checkpoint import Checkpoint, open_checkpoint
-from train.policies.policy import IMAGE_PREFIX, PolicySpec
+from train.policies.policy import PolicySpec
 
 SEED_STREAM = "evaluate"
 
@@ -220,6 +221,11 @@ def make_plan(config: EvalConfig) -> EvalPlan:
     if checkpoint is not None:
         _check_schema(checkpoint, features_of(probe))
     probe.close()
+
+    if checkpoint is not None and PRIVILEGED_FEATURE in checkpoint.spec.features and (
+            cameras or (store is not None and camera_names(store.features))):
+        warn(f"the policy reads {PRIVILEGED_FEATURE} (the simulator's object poses and goal) where cameras are "
+             "available: a real robot could not run it (train on --inputs proprio+cameras)")
 
     same_fleet = store is not None and store.manifest is not None and store.manifest.get("seed") == fleet_seed
     seeds = {p.robot_id: held_out_seeds(fleet_seed, p.robot_id, config.episodes,

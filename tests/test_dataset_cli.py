@@ -63,7 +63,32 @@ def test_export_then_import_through_the_command_line(camera_fleet, tmp_path):
     again = dataset_command("export-lerobot", camera_fleet, exported)
     assert again.returncode == 2 and "exists" in again.stderr
     usage = dataset_command("export-lerobot", "--help").stdout
-    assert usage.count("(default") == 1 and "(default: robofleet/<store name>)" in usage  # --repo-id's, once
+    assert "(default: None)" not in usage and "(default: robofleet/<store name>)" in usage
+
+
+def test_export_writes_a_robots_observations_and_the_privileged_state_only_on_request(camera_fleet, tmp_path):
+    """lerobot-train feeds a policy every feature of a dataset: the default export of a camera store must not
+    hold observation.environment_state."""
+    def exported_features(*options) -> set[str]:
+        root = tmp_path / "-".join(["export", *options])
+        completed = dataset_command("export-lerobot", camera_fleet, root, *options)
+        assert completed.returncode == 0, completed.stderr[-2000:]
+        inputs = json.loads((root / "meta" / "robofleet.json").read_text())["inputs"]
+        assert completed.stdout.strip().endswith(f"(observations: --inputs {inputs})")
+        return inputs, set(json.loads((root / "meta" / "info.json").read_text())["features"])
+
+    front, privileged = "observation.images.front", "observation.environment_state"
+    inputs, features = exported_features()
+    assert inputs == "proprio+cameras" and privileged not in features
+    assert {"observation.state", front, "action", "next.success"} <= features
+    inputs, features = exported_features("--inputs", "state+cameras")
+    assert inputs == "state+cameras" and {"observation.state", privileged, front} <= features
+    inputs, features = exported_features("--inputs", "state")
+    assert privileged in features and front not in features
+    completed = dataset_command("export-lerobot", camera_fleet, tmp_path / "bad", "--inputs", "pixels")
+    assert completed.returncode == 2 and completed.stderr.strip().count("\n") == 0
+    assert "--inputs must be one of state, proprio+cameras, cameras, state+cameras" in completed.stderr
+    assert not (tmp_path / "bad").exists()
 
 
 def test_bad_input_is_one_line_and_exit_two(pick_place_fleet, tmp_path):

@@ -123,6 +123,7 @@ def test_a_visuomotor_policy_learns_and_evaluates_without_the_privileged_state(c
     completed = run_evaluate("--checkpoint", run, "--task", blind_env, "--robots", 2, "--episodes", 2,
                              "--out", tmp_path / "eval", "--quiet")
     assert completed.returncode == 0, completed.stderr[-3000:]
+    assert PRIVILEGED not in completed.stderr  # no privileged-state warning for a visuomotor policy
     info = json.loads((tmp_path / "eval" / "eval_info.json").read_text())
     assert info["fleet"]["n_episodes"] == 4 and info["fleet"]["n_errors"] == 0
 
@@ -132,6 +133,14 @@ def test_a_visuomotor_policy_learns_and_evaluates_without_the_privileged_state(c
     completed = run_evaluate("--checkpoint", state_run, "--task", blind_env, "--out", tmp_path / "eval_state")
     assert completed.returncode == 2 and "needs observation.environment_state" in completed.stderr
     assert completed.stderr.strip().count("\n") == 0
+
+
+    completed = run_evaluate("--checkpoint", state_run, "--robots", 1, "--episodes", 1, "--out", tmp_path / "eval_priv",
+                             "--quiet")  # the state policy on its own task, whose store has cameras
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert [line for line in completed.stderr.splitlines() if "warning" in line] == [
+        f"warning: the policy reads {PRIVILEGED} (the simulator's object poses and goal) where cameras are "
+        "available: a real robot could not run it (train on --inputs proprio+cameras)"]
 
 
 @pytest.mark.parametrize("arguments, message", [

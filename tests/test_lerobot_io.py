@@ -1,6 +1,7 @@
 """LeRobot interop: a fleet store exported to a LeRobotDataset v3.0 and imported back."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -15,6 +16,7 @@ from dataset.verify import verify_store
 from sim.fleet import SITES, make_robot
 
 IMAGE = "observation.images.front"
+PRIVILEGED = "observation.environment_state"
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +28,8 @@ def fleet(camera_fleet):
 @pytest.fixture(scope="module")
 def exported(fleet, tmp_path_factory):
     root = tmp_path_factory.mktemp("lerobot") / "fleet"
-    assert export_lerobot(FleetStore.open(fleet), root, repo_id="robofleet/test", progress=False) == root
+    assert export_lerobot(FleetStore.open(fleet), root, repo_id="robofleet/test", progress=False,
+                          inputs="state+cameras") == root  # everything: the import gives back the same store
     return root
 
 
@@ -60,8 +63,30 @@ def test_the_export_is_a_lerobot_dataset_with_robot_and_site_per_frame(fleet, ex
     assert sidecar["sites"] == list(SITES) and sidecar["robots"]["1"]["profile"]["site"] == make_robot(1).site
 
 
+def test_the_default_export_leaves_out_the_privileged_state_and_imports_without_it(fleet, tmp_path):
+    original = FleetStore.open(fleet)
+    root = export_lerobot(original, tmp_path / "visuomotor", progress=False)
+    assert PRIVILEGED not in LeRobotDataset("robofleet/visuomotor", root=root).features
+    assert json.loads((root / SIDECAR).read_text())["inputs"] == "proprio+cameras"
+    imported = FleetStore.open(import_lerobot(root, tmp_path / "out", progress=False))
+    assert verify_store(imported) == [] and imported.features == {
+        name: feature for name, feature in original.features.items() if name != PRIVILEGED}
+    assert imported.episode_info(1, 1) == original.episode_info(1, 1)  # the sidecar still applies
+    for name, values in imported.episode(1, 1).items():
+        np.testing.assert_array_equal(values, original.episode(1, 1)[name], err_msg=name)
+
+
+def test_inputs_the_store_cannot_feed_are_refused_before_anything_is_written(pick_place_fleet, tmp_path):
+    with pytest.raises(ValueError, match=re.escape("--inputs proprio+cameras needs camera images and the store has "
+                                                   "none")):
+        export_lerobot(FleetStore.open(pick_place_fleet), tmp_path / "export", inputs="proprio+cameras",
+                       progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_videos_round_trip_within_codec_loss(fleet, tmp_path):
-    root = export_lerobot(FleetStore.open(fleet), tmp_path / "video", use_videos=True, progress=False)
+    root = export_lerobot(FleetStore.open(fleet), tmp_path / "video", use_videos=True, progress=False,
+                          inputs="state+cameras")
     assert LeRobotDataset("robofleet/video", root=root, video_backend="pyav").features[IMAGE]["dtype"] == "video"
     original, imported = FleetStore.open(fleet), FleetStore.open(import_lerobot(root, tmp_path / "out", progress=False))
     assert verify_store(imported) == [] and imported.features == original.features

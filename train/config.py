@@ -9,9 +9,9 @@ They both extend ``DataOptions`` too, the options about the fleet store they rea
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from dataset.inputs import INPUTS
 from sim.shared import check_choices, check_options, check_output_directory
 from train.comm.comm_hooks import COMM_HOOKS
-from train.policies.policy import INPUTS
 
 VISION_BACKBONES = ("small", "resnet18")  # train/policies/vision.py
 LEROBOT_SIZES = ("small", "default")  # train/policies/lerobot_policies.py

@@ -34,7 +34,8 @@ from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
 from lerobot.policies.diffusion.modeling_diffusion import DiffusionPolicy
 from lerobot.utils.constants import OBS_IMAGES
 
-from train.policies.policy import PROPRIO_FEATURE, Policy, PolicySpec, is_image
+from dataset.inputs import PROPRIO_FEATURE, is_image
+from train.policies.policy import Policy, PolicySpec
 
 SMALL = {  # CPU-sized models; "default" keeps LeRobot's sizes
     "act": {"dim_model": 128, "n_heads": 4, "dim_feedforward": 512, "n_encoder_layers": 2, "n_decoder_layers": 1,

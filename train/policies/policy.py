@@ -18,11 +18,8 @@ env alike, and ``normalised`` turns them into float [..., C, H, W] on the policy
 device, with the random shift and colour jitter of ``train/augment.py`` in training
 mode only (``spec.image_shift``, ``spec.colour_jitter``).
 
-What a policy sees is its ``inputs`` (``INPUTS``), saved in its spec: ``state`` is
-``observation.state`` plus the simulator's privileged ``observation.environment_state``
-(object poses and the goal); ``proprio+cameras`` is what a real robot has, its own
-``observation.state`` and every camera; ``cameras`` is the images alone;
-``state+cameras`` is everything, a privileged upper bound for the image policies.
+What a policy sees is its ``inputs`` (``dataset.inputs.INPUTS``: ``state``,
+``proprio+cameras``, ``cameras``, ``state+cameras``), saved in its spec.
 
 The kinds (``POLICIES``): ``mlp`` (here), ``cnn`` (train/policies/vision.py), and LeRobot's
 ``act`` and ``diffusion`` (train/policies/lerobot_policies.py). ``policy_spec`` picks a kind's
@@ -40,28 +37,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from dataset.inputs import INPUTS, camera_names, is_image, select_inputs
 from train.augment import images_to_model
 from train.policies.mixture import MixtureHead
 
-PROPRIO_FEATURE = "observation.state"
-STATE_FEATURES = (PROPRIO_FEATURE, "observation.environment_state")
-IMAGE_PREFIX = "observation.images."
-INPUTS = {  # --inputs -> (vector features it takes, whether it takes the cameras)
-    "state": (STATE_FEATURES, False),
-    "proprio+cameras": ((PROPRIO_FEATURE,), True),
-    "cameras": ((), True),
-    "state+cameras": (STATE_FEATURES, True),
-}
 POLICIES = {  # kind -> "module:class", imported when used (lerobot takes seconds to import)
     "mlp": "train.policies.policy:MLPPolicy",
     "cnn": "train.policies.vision:CNNPolicy",
     "act": "train.policies.lerobot_policies:ACTAdapter",
     "diffusion": "train.policies.lerobot_policies:DiffusionAdapter",
 }
-
-
-def is_image(name: str) -> bool:
-    return name.startswith(IMAGE_PREFIX)
 
 
 @dataclass
@@ -306,36 +291,24 @@ def policy_spec(config, store_features: dict[str, dict]) -> PolicySpec:
     """The spec of ``config.policy`` (a ``TrainConfig``) on a store with ``store_features``.
 
     ``config.inputs`` picks the features (``INPUTS``; ``auto``: ``proprio+cameras`` for
-    cnn, and for act and diffusion on a store with cameras, else ``state``), cameras as
-    [C, H, W]. ``state`` takes whichever of ``STATE_FEATURES`` the store has (plug-in tasks
-    may have only ``observation.state``); the other choices need every feature they name. Raises
-    ValueError, naming the fix, for an unknown kind, inputs the kind cannot take, or
-    inputs the store cannot feed.
+    cnn, and for act and diffusion on a store with cameras, else ``state``; the features through
+    ``dataset.inputs.select_inputs``), cameras as [C, H, W]. Raises ValueError, naming the fix,
+    for an unknown kind, inputs the kind cannot take, or inputs the store cannot feed.
     """
     cls = policy_class(config.policy)
-    cameras = {name: [feature["shape"][2], *feature["shape"][:2]] for name, feature in store_features.items()
-               if is_image(name) and feature["dtype"] in ("image", "video")}
     inputs = config.inputs
     if inputs == "auto":
-        inputs = "proprio+cameras" if cls.images == "required" or (cls.images == "optional" and cameras) else "state"
-    vectors, takes_cameras = INPUTS[inputs]
+        wants_cameras = cls.images == "required" or (cls.images == "optional" and camera_names(store_features))
+        inputs = "proprio+cameras" if wants_cameras else "state"
+    takes_cameras = INPUTS[inputs][1]
     if takes_cameras and cls.images == "none":
         raise ValueError(f"--inputs {inputs} needs an image policy: {config.policy} takes no camera images "
                          "(use --policy cnn, act or diffusion)")
     if not takes_cameras and cls.images == "required":
         raise ValueError(f"the {config.policy} policy needs camera images, which --inputs {inputs} leaves out "
                          "(use --inputs proprio+cameras)")
-    if takes_cameras and not cameras:
-        raise ValueError(f"--inputs {inputs} needs camera images and the store has none "
-                         "(collect with --cameras front wrist)")
-    missing = [name for name in vectors if name not in store_features]
-    if missing and inputs != "state":
-        raise ValueError(f"--inputs {inputs} needs {missing[0]}, which the store does not have")
-    features = {name: list(store_features[name]["shape"]) for name in vectors if name in store_features}
-    if takes_cameras:
-        features.update(cameras)
-    if not features:
-        raise ValueError(f"--inputs {inputs} finds none of {', '.join(vectors)} in the store")
+    features = {name: _model_shape(name, store_features[name]["shape"])
+                for name in select_inputs(inputs, store_features)}
     cls.check_inputs(inputs, features)
     if config.action_modes > 1 and not cls.mixture_head:
         raise ValueError(f"--action-modes is for the mlp and cnn heads; {config.policy} models its actions "
@@ -347,6 +320,11 @@ def policy_spec(config, store_features: dict[str, dict]) -> PolicySpec:
                       action_dim=store_features["action"]["shape"][0], inputs=inputs,
                       action_modes=config.action_modes, mode_actions=mode_actions, **augmentation,
                       **cls.options(config))
+
+
+def _model_shape(name: str, shape: list[int]) -> list[int]:
+    """A feature's shape as the model sees it: cameras go from H x W x C to C x H x W."""
+    return [shape[2], *shape[:2]] if is_image(name) else list(shape)
 
 
 def action_indices(names: tuple[str, ...], action_feature: dict, action_modes: int) -> tuple[int, ...]:

@@ -22,8 +22,9 @@ import torch
 import torchvision
 from torch import nn
 
+from dataset.inputs import is_image
 from train.config import VISION_BACKBONES
-from train.policies.policy import MLPPolicy, PolicySpec, is_image, module_key
+from train.policies.policy import MLPPolicy, PolicySpec, module_key
 
 EMBED = 64  # features per camera and frame
 

@@ -1,0 +1,53 @@
+"""What a policy reads: the ``--inputs`` choices, shared by training, evaluation and the LeRobot export.
+
+``state`` is ``observation.state`` plus the simulator's privileged ``observation.environment_state``
+(object poses and the goal); ``proprio+cameras`` is what a real robot has, its own
+``observation.state`` and every camera; ``cameras`` is the images alone; ``state+cameras`` is
+everything, a privileged upper bound for the image policies.
+"""
+
+from __future__ import annotations
+
+PROPRIO_FEATURE = "observation.state"
+PRIVILEGED_FEATURE = "observation.environment_state"
+STATE_FEATURES = (PROPRIO_FEATURE, PRIVILEGED_FEATURE)
+IMAGE_PREFIX = "observation.images."
+INPUTS = {  # --inputs -> (vector features it takes, whether it takes the cameras)
+    "state": (STATE_FEATURES, False),
+    "proprio+cameras": ((PROPRIO_FEATURE,), True),
+    "cameras": ((), True),
+    "state+cameras": (STATE_FEATURES, True),
+}
+
+
+def is_image(name: str) -> bool:
+    """Whether the feature ``name`` is a camera."""
+    return name.startswith(IMAGE_PREFIX)
+
+
+def camera_names(features: dict[str, dict]) -> list[str]:
+    """The camera features of a store's (or a LeRobotDataset's) ``features``."""
+    return [name for name, feature in features.items() if is_image(name) and feature["dtype"] in ("image", "video")]
+
+
+def select_inputs(inputs: str, features: dict[str, dict]) -> list[str]:
+    """The features ``inputs`` (a key of ``INPUTS``) takes from a store with ``features``: vectors, then cameras.
+
+    ``state`` takes whichever of ``STATE_FEATURES`` the store has (plug-in tasks may have only
+    ``observation.state``); the other choices need every feature they name. Raises ValueError,
+    naming the fix, for inputs the store cannot feed.
+    """
+    if inputs not in INPUTS:
+        raise ValueError(f"unknown inputs {inputs!r}; choose from {', '.join(INPUTS)}")
+    vectors, takes_cameras = INPUTS[inputs]
+    cameras = camera_names(features)
+    if takes_cameras and not cameras:
+        raise ValueError(f"--inputs {inputs} needs camera images and the store has none "
+                         "(collect with --cameras front wrist)")
+    missing = [name for name in vectors if name not in features]
+    if missing and inputs != "state":
+        raise ValueError(f"--inputs {inputs} needs {missing[0]}, which the store does not have")
+    selected = [name for name in vectors if name in features] + (cameras if takes_cameras else [])
+    if not selected:
+        raise ValueError(f"--inputs {inputs} finds none of {', '.join(vectors)} in the store")
+    return selected
