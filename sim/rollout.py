@@ -73,7 +73,7 @@ def replay_difference(env: gym.Env, expert, seed: int, steps: int = REPLAY_STEPS
     when), or None when they agree bit for bit.
 
     A task's episode must be a pure function of its reset seed (the plug-in contract in docs/sim.md):
-    collect checks it with this before it writes anything. ``expert`` None replays the reset alone.
+    collect checks it with this before it writes anything.
     """
     first, second = (_replay(env, expert, seed, steps) for _ in range(2))
     for step, (before, after) in enumerate(zip(first, second)):
@@ -88,8 +88,6 @@ def _replay(env: gym.Env, expert, seed: int, steps: int) -> list[dict]:
     """What ``replay_difference`` compares: each step's observation, action, reward and MuJoCo state."""
     observation, _ = env.reset(seed=seed)
     trace = [{**observation, "physics": _physics(env)}]
-    if expert is None:
-        return trace
     expert.reset(seed)
     for _ in range(steps):
         action = np.asarray(expert(observation), dtype=np.float32)

@@ -46,12 +46,13 @@ from sim.shared import code_version, fail, parse_config, repo_relative, warn, wr
 from train.checkpoint import Checkpoint, latest_checkpoint, newest_intact_checkpoint, restore_rng_state, rng_state
 from train.comm.comm_hooks import UnlabelledDistributedDataParallel, register_comm_hook
 from train.config import TrainConfig
-from train.identity import check_resume, data_identity
 from train.data import open_training_store
+from train.identity import check_resume, data_identity
 from train.monitor import Monitor, StepTimer, sync_efficiency
 from train.policies.policy import PolicySpec, changed_spec_fields, make_policy, policy_spec
 from train.schedule import Schedule, adamw, scaled_learning_rate
 from train.threads import ThreadShare
+
 
 def mean_over_ranks(values: dict[str, float], device: torch.device) -> dict[str, float]:
     """Each value averaged over the ranks, in one all-reduce (as it is in one process)."""

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from sim.shared import fail, one_line
-from train.checkpoint import LAST, Checkpoint, checkpoint_dir
+from train.checkpoint import LAST, TRAINING_STATE, Checkpoint, checkpoint_dir
 from train.policies.policy import PolicySpec
 
 # what numpy arrays unpickle through; torch's weights_only loader rebuilds nothing else
@@ -74,7 +74,7 @@ def convert(path: Path) -> list[Path]:
         raise ValueError(f"no old checkpoints (step_*.pt) in {checkpoint_dir(path)}")
     written = [converted(read_old_checkpoint(file)).write(file.with_suffix("")) for file in files]
     for directory in written:
-        Checkpoint.read(directory, training=(directory / "training_state.pt").exists())  # reads back, or raises
+        Checkpoint.read(directory, training=(directory / TRAINING_STATE).exists())  # reads back, or raises
     if path.is_dir():
         link = checkpoint_dir(path) / LAST
         link.unlink(missing_ok=True)
