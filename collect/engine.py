@@ -18,7 +18,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import dask
 from distributed import Client, LocalCluster, as_completed
@@ -176,6 +176,22 @@ def _check_deterministic(config: CollectConfig, spec: TaskSpec, env, profile: Ro
                          "collect --no-check-determinism skips this check)")
 
 
+def probe_task(config: CollectConfig, actor: Actor | None = None) -> tuple[TaskSpec, list[RobotProfile], dict, int]:
+    """The task, fleet, features and fps of ``config``, from one env of its first robot; a task that does
+    not make the same first episode twice from one seed is a ``ValueError`` first (unless
+    ``config.check_determinism`` is off)."""
+    spec = resolve_task(config.task)
+    fleet = make_fleet(config.robots, config.seed)
+    probe = spec.make_env(fleet[0], cameras=config.cameras, image_size=config.image_size)
+    features, fps = features_of(probe), int(probe.metadata.get("render_fps", 0))
+    try:
+        if config.check_determinism:
+            _check_deterministic(config, spec, probe, fleet[0], actor)
+    finally:
+        probe.close()
+    return spec, fleet, features, fps
+
+
 def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None = None,
                    actor: Actor | None = None) -> CollectionSummary:
     """Collect every robot's missing episodes into ``config.out``; resumable.
@@ -186,17 +202,8 @@ def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None 
     is written, a task that does not make the same first episode twice from one seed is a
     ``ValueError`` (unless ``config.check_determinism`` is off).
     """
-    spec = resolve_task(config.task)
-    fleet = make_fleet(config.robots, config.seed)
+    spec, fleet, features, fps = probe_task(config, actor)
     targets = robot_episodes or {profile.robot_id: config.episodes for profile in fleet}
-    probe = spec.make_env(fleet[0], cameras=config.cameras, image_size=config.image_size)
-    features, fps = features_of(probe), int(probe.metadata.get("render_fps", 0))
-    try:
-        if config.check_determinism:
-            _check_deterministic(config, spec, probe, fleet[0], actor)
-    finally:
-        probe.close()
-
     out = Path(config.out)
     check_output(out, config, features)
     attrs = {"task": spec.name, "env_id": spec.env_id, "fps": fps, "code_version": code_version(),
@@ -206,20 +213,33 @@ def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None 
                  config.cameras, config.image_size, config.keep_failures, config.flush_frames, attrs, actor)
         for p in fleet if p.robot_id in targets
     ]
+    return run_robot_tasks(config, spec, features, fps, fleet, targets,
+                           lambda client: [client.submit(collect_robot_on_worker, job, retries=TASK_RETRIES, pure=False)
+                                           for job in jobs],
+                           lineage=actor.lineage if actor else None)
 
+
+def run_robot_tasks(config: CollectConfig, spec: TaskSpec, features: dict, fps: int, fleet: list[RobotProfile],
+                    targets: dict[int, int], submit: Callable[[Client], list], lineage: dict | None = None
+                    ) -> CollectionSummary:
+    """Run the tasks ``submit(client)`` starts (each future gives a ``RobotReport``, or a list of them for the
+    robots it wrote) into ``config.out``: the dask client, the progress bar of the ``targets`` (robot id ->
+    episodes), the manifest before and after, and the summary. What a collection does whoever acts in it
+    (collect's experts, train/fleet's deployments)."""
+    out = Path(config.out)
     reports: list[RobotReport] = []
     entered = time.perf_counter()
     with dask_client(config, show_dashboard=not config.quiet) as client:
         started = time.perf_counter()
         settled = {robot_id: count for robot_id, count in create_output(out, config).items() if robot_id in targets}
         progress = _Progress(sum(targets.values()), settled, config.quiet)
-        lineage = actor.lineage if actor else None
         write_manifest(out, config, spec, features, fps, fleet, lineage=lineage)
         client.subscribe_topic(PROGRESS_TOPIC, progress.on_event)
-        futures = [client.submit(collect_robot_on_worker, job, retries=TASK_RETRIES, pure=False) for job in jobs]
+        futures = submit(client)
         try:
             for future in as_completed(futures):
-                reports.append(future.result())
+                result = future.result()
+                reports.extend(result if isinstance(result, list) else [result])
         finally:
             client.cancel(futures)
             client.unsubscribe_topic(PROGRESS_TOPIC)

@@ -152,7 +152,7 @@ def default_profile() -> RobotProfile:
     return make_robot(0, 0)
 
 
-SEED_STREAMS = {"collect": 0, "evaluate": 1, "demo": 2, "dagger": 3}
+SEED_STREAMS = {"collect": 0, "evaluate": 1, "demo": 2, "dagger": 3, "fleet": 4}
 
 
 def episode_seed(fleet_seed: int, robot_id: int, episode: int, stream: str = "collect", round: int = 0) -> int:

@@ -116,10 +116,11 @@ def resume_from(config: TrainConfig, run: Path, spec: PolicySpec, identity: dict
 def run_training(config: TrainConfig, labeller=None, until: int | None = None) -> None:
     """Train (or carry on training) the policy of ``config`` in ``config.out``: the whole of bc.py.
 
-    A ``labeller`` makes it distillation (train/distill.py): ``labeller.stores`` are more fleet
-    stores to train on, all their episodes; ``labeller.window(spec)`` is the window the loader
-    reads for a policy of ``spec``; ``labeller(batch)`` turns each batch, on the device, into
-    the policy's inputs and the actions it is to learn. ``until`` stops at that step instead
+    A ``labeller`` adds data and labels (train/distill.py, train/fleet_learn.py): ``labeller.stores``
+    are more fleet stores and ``labeller.episodes()`` the episodes of them to train on;
+    ``labeller.window(spec)`` is the window the loader reads for a policy of ``spec``;
+    ``labeller(batch)`` turns each batch, on the device, into the policy's inputs and the
+    actions it is to learn. ``until`` stops at that step instead
     of ``config.max_steps`` (which still shapes the learning-rate schedule).
     """
     # ----- processes and devices ---------------------------------------------------------------
@@ -155,8 +156,7 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
     try:
         episodes = select_episodes(store, robots=config.robots or None, sites=config.sites or None,
                                    per_robot=config.episodes_per_robot or None)
-        # the labeller's stores, every episode (DAgger's failures too), numbered after --data's store
-        extra = select_episodes(labeller.stores, success=None) if labeller else []
+        extra = labeller.episodes() if labeller else []  # in the labeller's stores, numbered after --data's
         episodes += [dataclasses.replace(e, store=e.store + 1) for e in extra]
     except DataError as error:
         fail(str(error))

@@ -41,6 +41,7 @@ import torch.distributed as dist
 
 from dataset import FleetStore
 from dataset.chunks import DataError
+from dataset.episodes import EpisodeRef, select_episodes
 from dataset.stats import fleet_stats
 from dataset.windows import WindowSpec
 from sim.shared import fail, one_line, parse_config, warn
@@ -101,6 +102,10 @@ class TeacherLabels:
     def __str__(self) -> str:
         return f"distilled from the {self.teacher.spec.kind} teacher's actions" + \
             (f", with {len(self.stores)} DAgger round(s)" if self.stores else "")
+
+    def episodes(self) -> list[EpisodeRef]:
+        """Every episode of the DAgger rounds, the student's failures too."""
+        return select_episodes(self.stores, success=None)
 
     def window(self, student: PolicySpec) -> WindowSpec:
         self.student = student

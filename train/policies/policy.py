@@ -197,8 +197,8 @@ class Policy(nn.Module):
         self._history: dict[str, deque] = {}
         self._queued: deque[np.ndarray] = deque()
 
-    @torch.no_grad()
-    def select_action(self, observation: dict[str, np.ndarray]) -> np.ndarray:
+    def observe(self, observation: dict[str, np.ndarray]) -> bool:
+        """Add one frame (one robot's, or a batch's [B, ...]) to the observation history; whether it is batched."""
         first = next(iter(self.spec.features))
         batched = np.ndim(observation[first]) > len(self.spec.features[first])
         for name in self.spec.features:
@@ -208,10 +208,19 @@ class Policy(nn.Module):
             while len(history) < self.spec.n_obs_steps - 1:  # an episode's first frame pads the history
                 history.append(value)
             history.append(value)
+        return batched
+
+    @torch.no_grad()
+    def predict_from_history(self) -> np.ndarray:
+        """The action chunk [B, steps, A] for the observation history (``observe``)."""
+        device = next(self.buffers()).device
+        window = {name: torch.from_numpy(np.stack(h, axis=1)).to(device) for name, h in self._history.items()}
+        return self.predict_chunk(window).cpu().numpy()
+
+    def select_action(self, observation: dict[str, np.ndarray]) -> np.ndarray:
+        batched = self.observe(observation)
         if not self._queued:
-            device = next(self.buffers()).device
-            window = {name: torch.from_numpy(np.stack(h, axis=1)).to(device) for name, h in self._history.items()}
-            chunk = self.predict_chunk(window).cpu().numpy()  # [B, steps, A]
+            chunk = self.predict_from_history()  # [B, steps, A]
             self._queued.extend(chunk.transpose(1, 0, 2)[: self.spec.n_action_steps])
         action = self._queued.popleft()
         return action if batched else action[0]

@@ -1,0 +1,173 @@
+"""The recorded fleet-learning run: pick_place from cameras, a small seed collection, the fleet learning from its
+deployment, each round evaluated as the BC figures it is compared with (issue 44).
+
+    .venv/bin/python -m experiments.fleet_learning                 # the recorded run (rounds resume)
+    .venv/bin/python -m experiments.fleet_learning --rounds 2      # run (or carry on) up to round 2 only
+
+As a user would run it, each stage a subprocess with its output in a log under ``--out``:
+
+1. ``collect`` the seed demonstrations: robots 0..``--seed-robots``-1 x ``--seed-episodes``,
+   front and wrist cameras at 64 px: the same episodes as the 27 x 10 point of docs/scaling.md's
+   visuomotor sweep;
+2. ``evaluate --expert`` once on the evaluation robots and seeds;
+3. ``train/bc.py`` the seed policy on them (round 0: the cnn as that scaling point trains it);
+4. per ``--gates`` entry, from a copy of the seed policy, per round r = 1..``--rounds``:
+   ``train/fleet_learn.py --stop-after r`` under torchrun (deploy on the ``--fleet-robots``
+   robots, help, retrain; the learning rate carries on at the seed schedule's end, 10% of the peak);
+5. ``evaluate`` of the seed policy and of each round's result on robots 0..``--eval-robots``-1
+   x ``--eval-episodes`` held-out seeds, as the visuomotor full run evaluates its 0.954
+   (docs/evaluation.md).
+
+Everything resumes: the collection carries on, fleet_learn.py does, a finished evaluation is
+kept. The results (accounts and evaluations per round) go to ``--results-dir/fleet_learning.json``,
+the table into ``--docs`` and the plot (success against expert-labelled frames, with the BC
+points of docs/scaling.md and the visuomotor full run) to ``--media``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from dataset import FleetStore
+from dataset.episodes import select_episodes
+from experiments.fleet_learning_report import publish
+from experiments.full_run import StageClock, finished_evaluation, trained_step
+from sim.shared import check_options, parse_config, repo_relative
+from train.checkpoint import Checkpoint, latest_checkpoint
+from train.fleet.accounting import seed_frames
+
+
+@dataclass
+class FleetLearningConfig:
+    task: str = field(default="pick_place", metadata={"help": "task"})
+    seed_robots: int = field(default=27, metadata={"help": "robots of the seed collection"})
+    seed_episodes: int = field(default=10, metadata={"help": "seed demonstrations per robot"})
+    cameras: tuple[str, ...] = field(default=("front", "wrist"), metadata={"help": "cameras"})
+    image_size: int = field(default=64, metadata={"help": "camera image size, pixels"})
+    policy: str = field(default="cnn", metadata={"help": "policy kind (train/bc.py --policy)"})
+    inputs: str = field(default="proprio+cameras", metadata={"help": "what the policy sees"})
+    hidden: tuple[int, ...] = field(default=(256, 256), metadata={"help": "head widths"})
+    batch_size: int = field(default=64, metadata={"help": "windows per rank per step"})
+    ranks: int = field(default=2, metadata={"help": "DDP ranks"})
+    seed_steps: int = field(default=2700, metadata={"help": "training steps on the seed (as the scaling point)"})
+    rounds: int = field(default=6, metadata={"help": "deployment rounds (the schedule spans them all)"})
+    run_rounds: int | None = field(default=None, metadata={"help": "stop after this round now (default: all)"})
+    round_steps: int = field(default=1500, metadata={"help": "training steps after each round"})
+    gates: tuple[str, ...] = field(default=("fleet",), metadata={"help": "gates (fleet_learn.py --gate), one run each"})
+    operators: int = field(default=10, metadata={"help": "robots helped at most at once"})
+    help_steps: int = field(default=3000, metadata={"help": "expert steps per round"})
+    segment_steps: int = field(default=40, metadata={"help": "expert steps per hand-over at most"})
+    fleet_robots: int = field(default=50, metadata={"help": "robots deployed each round"})
+    deploy_episodes: int = field(default=2, metadata={"help": "episodes per deployed robot each round"})
+    eval_robots: int = field(default=50, metadata={"help": "robots evaluated (0..N-1, as the full run)"})
+    eval_episodes: int = field(default=10, metadata={"help": "held-out episodes per evaluated robot"})
+    seed: int = field(default=0, metadata={"help": "fleet seed"})
+    workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers"})
+    out: str = field(default="runs/fleet_learning", metadata={"help": "data, runs, evaluations and logs"})
+    docs: str = field(default="docs/fleet_learning.md", metadata={"help": "markdown file for the table"})
+    media: str = field(default="docs/media", metadata={"help": "where the plot goes"})
+    results_dir: str = field(default="experiments/results", metadata={"help": "where fleet_learning.json goes"})
+
+    def __post_init__(self):
+        check_options(self, ("seed_robots", "seed_episodes", "ranks", "seed_steps", "round_steps", "fleet_robots",
+                             "eval_robots", "eval_episodes", "workers"), lambda value: value >= 1,
+                      "must be at least 1")
+        self.run_rounds = self.rounds if self.run_rounds is None else min(self.run_rounds, self.rounds)
+
+
+def training_options(config: FleetLearningConfig) -> list[str]:
+    """bc.py's options, the same for the seed policy and every round after it."""
+    return ["--data", repo_relative(Path(config.out) / "seed"), "--policy", config.policy, "--inputs", config.inputs,
+            "--hidden", *map(str, config.hidden), "--batch-size", str(config.batch_size), "--val-fraction", "0",
+            "--seed", str(config.seed)]
+
+
+def torchrun(config: FleetLearningConfig, script: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={config.ranks}", script]
+
+
+def fleet_learn_command(config: FleetLearningConfig, gate: str, run: Path, stop_after: int) -> list[str]:
+    return [*torchrun(config, "train/fleet_learn.py"), *training_options(config), "--out", repo_relative(run),
+            "--max-steps", str(config.seed_steps), "--rounds", str(config.rounds), "--stop-after", str(stop_after),
+            "--round-steps", str(config.round_steps), "--gate", gate, "--operators", str(config.operators),
+            "--help-steps", str(config.help_steps), "--segment-steps", str(config.segment_steps),
+            "--fleet-robots", str(config.fleet_robots), "--deploy-episodes", str(config.deploy_episodes),
+            "--workers", str(config.workers)]
+
+
+def seed_store_frames(store: Path) -> int:
+    """Frames of the seed demonstrations (what round 0 is trained on)."""
+    return seed_frames(select_episodes(FleetStore.open(store)))
+
+
+def evaluate_command(config: FleetLearningConfig, agent: list[str], out: Path) -> list[str]:
+    return [sys.executable, "-m", "eval.cli", *agent, "--robots", str(config.eval_robots),
+            "--episodes", str(config.eval_episodes), "--seed", str(config.seed), "--workers", str(config.workers),
+            "--out", repo_relative(out), "--overwrite", "--quiet"]
+
+
+def evaluated(config: FleetLearningConfig, clock: StageClock, name: str, run: Path, out: Path) -> dict:
+    """The evaluation of ``run``'s latest checkpoint in ``out``: kept if finished, else run now."""
+    step, episodes = trained_step(run), config.eval_robots * config.eval_episodes
+    if finished_evaluation(out, step, episodes) is None:
+        clock.run(f"eval_{name}", f"evaluate {name}", evaluate_command(config, ["--checkpoint", repo_relative(run)], out),
+                  out.parent / f"{out.name}.log", resumes=False)
+    info = finished_evaluation(out, step, episodes)
+    return {"step": step, "fleet": info["fleet"], "per_site": info["per_site"]}
+
+
+def run_gate(config: FleetLearningConfig, gate: str, clock: StageClock, seed_policy: Path) -> list[dict]:
+    """Every round of one gate's run up to ``run_rounds``, each evaluated; the evaluations' summaries.
+    The run starts from a copy of the seed policy's last checkpoint."""
+    out = Path(config.out) / gate
+    run = out / "run"
+    if not run.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        Checkpoint.read(latest_checkpoint(seed_policy), training=True).save(run, keep=1)
+    evaluations = []
+    for round in range(1, config.run_rounds + 1):
+        clock.run(f"{gate}_round_{round}", f"{gate}: round {round}", fleet_learn_command(config, gate, run, round),
+                  out / f"round_{round}.log")
+        evaluations.append({"round": round, **evaluated(config, clock, f"{gate}_round_{round}", run,
+                                                        out / f"eval_round_{round}")})
+    return evaluations
+
+
+def main(argv: list[str] | None = None) -> dict:
+    config = parse_config(FleetLearningConfig, __doc__, argv)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    clock = StageClock(out / "seconds.json")
+    clock.run("collect", "collect the seed",
+              [sys.executable, "-m", "collect.cli", "--task", config.task, "--robots", str(config.seed_robots),
+               "--episodes", str(config.seed_episodes), "--seed", str(config.seed), "--cameras", *config.cameras,
+               "--image-size", str(config.image_size), "--workers", str(config.workers),
+               "--out", repo_relative(out / "seed"), "--quiet"], out / "collect.log")
+    episodes = config.eval_robots * config.eval_episodes
+    if finished_evaluation(out / "eval_expert", None, episodes) is None:
+        clock.run("expert", "evaluate the expert",
+                  evaluate_command(config, ["--expert", "--task", config.task], out / "eval_expert"),
+                  out / "eval_expert.log", resumes=False)
+    expert = finished_evaluation(out / "eval_expert", None, episodes)
+    seed_policy = out / "seed_policy"
+    clock.run("seed_policy", "train the seed policy",
+              [*torchrun(config, "train/bc.py"), *training_options(config), "--out", repo_relative(seed_policy),
+               "--max-steps", str(config.seed_steps)], out / "seed_policy.log", resumes=seed_policy.exists())
+    seed_evaluation = {"round": 0, **evaluated(config, clock, "seed_policy", seed_policy, out / "eval_seed_policy")}
+    runs = {}
+    for gate in config.gates:
+        evaluations = [seed_evaluation, *run_gate(config, gate, clock, seed_policy)] if config.run_rounds else \
+            [seed_evaluation]
+        accounts_file = out / gate / "run" / "fleet" / "accounts.json"
+        accounts = json.loads(accounts_file.read_text())["rounds"] if accounts_file.exists() else \
+            [{"round": 0, "labelled_so_far": seed_store_frames(out / "seed")}]
+        runs[gate] = {"evaluations": evaluations, "accounts": accounts}
+    return publish(config, asdict(config), expert, runs, clock.seconds)
+
+
+if __name__ == "__main__":
+    main()

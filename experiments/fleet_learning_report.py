@@ -1,0 +1,133 @@
+"""The recorded fleet-learning run's report: its results file, its table in docs/fleet_learning.md and its plot.
+
+Behaviour cloning's points come from the results of the runs they were measured in: the
+visuomotor scaling sweep (experiments/results/scaling_visuomotor.json: held-out robots,
+frames counted) and the visuomotor full run (full_run_visuomotor.json: robots 0..49 on
+held-out seeds, the evaluation fleet learning repeats; its frames are estimated as
+demonstrations x the seed collection's mean demonstration length, which the same expert made).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks.common import machine_facts, write_results
+from experiments.common import write_section
+from sim.fleet import SITES
+from sim.shared import REPO
+
+NAME = "fleet_learning"
+
+
+def bc_points(task: str, frames_per_demo: float) -> dict[str, list[dict]]:
+    """BC's recorded points on ``task`` from cameras: ``scaling`` (held-out robots) and ``full_run``
+    (the training robots on held-out seeds), each with expert-labelled frames and success over the expert."""
+    results = REPO / "experiments" / "results"
+    points: dict[str, list[dict]] = {"scaling": [], "full_run": []}
+    scaling = json.loads((results / "scaling_visuomotor.json").read_text())
+    expert = scaling["experts"][task]["fleet"]["pc_success"]
+    for point in scaling["points"]:
+        if point["task"] == task:
+            points["scaling"].append({"demos": point["demos"], "frames": point["frames"],
+                                      "success": point["success"]["pc_success"] / expert})
+    for row in json.loads((results / "full_run_visuomotor.json").read_text())["results"]:
+        if row["task"] == task and row["policy"] == "cnn" and row.get("action_modes", 1) == 1:
+            demos = row["training_robots"] * row["training_episodes"]
+            points["full_run"].append({"demos": demos, "frames": round(demos * frames_per_demo),
+                                       "success": row["policy_over_expert"]})
+    return points
+
+
+def rows(runs: dict, expert: dict) -> list[dict]:
+    """One row per gate and round: expert-labelled frames so far, evaluation, deployment accounts."""
+    table = []
+    for gate, run in runs.items():
+        accounts = {account["round"]: account for account in run["accounts"]}
+        for evaluation in run["evaluations"]:
+            account = accounts.get(evaluation["round"], {})
+            fleet = evaluation["fleet"]
+            table.append({"gate": gate, "round": evaluation["round"], "step": evaluation["step"],
+                          "labelled_so_far": account.get("labelled_so_far"), "success": fleet["pc_success"],
+                          "ci95": fleet["ci95"], "over_expert": fleet["pc_success"] / expert["fleet"]["pc_success"],
+                          "per_site": {site: evaluation["per_site"][site]["pc_success"] for site in SITES
+                                       if site in evaluation["per_site"]},
+                          "deployment": {key: account.get(key) for key in
+                                         ("episodes", "success", "autonomy", "handovers", "labelled", "rohe")}})
+    return table
+
+
+def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str:
+    lines = [f"Measured on {machine_facts()['cores']} cores, code {machine_facts()['code_version']}: "
+             f"{config['policy']} on {config['inputs']} ({' + '.join(config['cameras'])} at {config['image_size']} px), "
+             f"seed {config['seed_robots']} robots x {config['seed_episodes']} demonstrations; each round deploys on "
+             f"{config['fleet_robots']} robots x {config['deploy_episodes']} episodes with {config['operators']} "
+             f"operators, {config['help_steps']} expert steps, hand-overs of up to {config['segment_steps']} steps, "
+             f"then trains {config['round_steps']} steps. Evaluated on robots 0..{config['eval_robots'] - 1} x "
+             f"{config['eval_episodes']} held-out episodes (the expert: {expert['fleet']['pc_success']:.1f}%).",
+             "", "```bash", command, "```", "",
+             "| gate | round | steps | expert-labelled frames | success [95%] | over expert | office | warehouse | "
+             "factory | deployment success | autonomy | hand-overs | ROHE |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in table:
+        deployment = row["deployment"]
+        shown = (f"{deployment['success']:.0%} | {deployment['autonomy']:.0%} | {deployment['handovers']} | "
+                 f"{deployment['rohe']:.2f}" if deployment.get("episodes") else "- | - | - | -")
+        sites = " | ".join(f"{row['per_site'].get(site, float('nan')):.0f}%" for site in SITES)
+        lines.append(f"| {row['gate']} | {row['round']} | {row['step']} | {row['labelled_so_far']} | "
+                     f"{row['success']:.1f}% [{row['ci95'][0]:.0f}, {row['ci95'][1]:.0f}] | {row['over_expert']:.2f} | "
+                     f"{sites} | {shown} |")
+    return "\n".join(lines)
+
+
+def plot(table: list[dict], bc: dict[str, list[dict]], path: Path) -> None:
+    """Success over the expert against expert-labelled frames: each gate's rounds beside BC's points."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for name, marker, label in (("scaling", "s", "BC, scaling sweep (held-out robots)"),
+                                ("full_run", "D", "BC, visuomotor full run (robots 0-49)")):
+        points = sorted(bc[name], key=lambda p: p["frames"])
+        axes.plot([p["frames"] for p in points], [p["success"] for p in points], marker=marker, linestyle=":",
+                  label=label)
+    for gate in dict.fromkeys(row["gate"] for row in table):
+        points = [row for row in table if row["gate"] == gate]
+        axes.plot([row["labelled_so_far"] for row in points], [row["over_expert"] for row in points], marker="o",
+                  label=f"fleet learning, gate {gate} (rounds 0-{points[-1]['round']})")
+    axes.axhline(0.95, color="grey", linewidth=0.8, linestyle="--")
+    axes.set_xscale("log")
+    axes.set_xlabel("expert-labelled frames (seed demonstrations included)")
+    axes.set_ylabel("success / expert's")
+    axes.set_ylim(0, 1.02)
+    axes.legend(fontsize=8, loc="lower right")
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def publish(config, config_dict: dict, expert: dict, runs: dict, seconds: dict) -> dict:
+    """Write the results file, the docs table and the plot; the results."""
+    seed_frames = next(iter(runs.values()))["accounts"][0]["labelled_so_far"]
+    bc = bc_points(config.task, seed_frames / (config.seed_robots * config.seed_episodes))
+    table = rows(runs, expert)
+    command = "python -m experiments.fleet_learning" + (f" --gates {' '.join(config.gates)}"
+                                                        if tuple(config.gates) != ("fleet",) else "")
+    media = Path(config.media) / f"{NAME}_{config.task}.png"
+    result = {"experiment": NAME, "machine": machine_facts(), "config": config_dict, "command": command,
+              "expert": expert["fleet"], "rows": table, "bc": bc, "runs": runs, "seconds": seconds,
+              "plot": str(media)}
+    write_results(NAME, result, Path(config.results_dir))
+    plot(table, bc, media)
+    write_section(Path(config.docs), NAME, "## The recorded run",
+                  markdown(config_dict, table, expert, command) + f"\n\n![success against expert frames]"
+                  f"(media/{media.name})")
+    best = max(table, key=lambda row: row["over_expert"])
+    print(f"best: gate {best['gate']} round {best['round']}: {best['over_expert']:.2f} of the expert from "
+          f"{best['labelled_so_far']} expert-labelled frames")
+    return result
+

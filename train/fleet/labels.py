@@ -1,0 +1,59 @@
+"""What fleet learning trains on: the seed demonstrations plus every expert-labelled stretch of deployment.
+
+A round's store (train/fleet/deploy.py) holds whole deployed episodes. Only the frames whose
+``labelled`` column is set carry the expert's action; each run of them becomes a training
+episode of its own (an ``EpisodeRef`` over that frame range), so an action chunk never
+reaches into frames the policy acted in: past a stretch's end, the chunk is padding and is
+not learned (HG-DAgger: only the expert's segments are labels). In the ``dagger`` mode every
+frame is labelled, so every deployed episode trains whole; in ``bc`` the expert's
+demonstrations do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from dataset.chunks import read_rows
+from dataset.episodes import EpisodeRef, select_episodes
+from dataset.fleet_store import FleetStore
+from dataset.windows import WindowSpec
+from train.policies.policy import PolicySpec
+
+
+def labelled_runs(labelled: np.ndarray) -> list[tuple[int, int]]:
+    """``(start, end)`` of every run of True in ``labelled``, end exclusive."""
+    edges = np.diff(np.concatenate([[0], labelled.astype(np.int8).ravel(), [0]]))
+    return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()))
+
+
+def labelled_segments(stores: Sequence[FleetStore]) -> list[EpisodeRef]:
+    """Every labelled stretch of every episode in ``stores`` (deployment rounds), as episodes of its own."""
+    segments = []
+    for episode in select_episodes(stores, success=None):
+        shard = stores[episode.store].shards[episode.robot_id]
+        labelled = read_rows(shard, "data/labelled", episode.start, episode.end)
+        segments += [dataclasses.replace(episode, start=episode.start + start, end=episode.start + end)
+                     for start, end in labelled_runs(labelled)]
+    return segments
+
+
+class DeploymentLabels:
+    """bc.py's labeller for fleet learning: the rounds' stores, their labelled segments, actions as stored."""
+
+    def __init__(self, stores: list[FleetStore]):
+        self.stores = stores
+
+    def __str__(self) -> str:
+        return f"with the expert's labels from {len(self.stores)} deployment round(s)"
+
+    def episodes(self) -> list[EpisodeRef]:
+        return labelled_segments(self.stores)
+
+    def window(self, spec: PolicySpec) -> WindowSpec:
+        return WindowSpec.of(spec.n_obs_steps, spec.horizon, [*spec.features, "action"], spec.action_start)
+
+    def __call__(self, batch):
+        return batch

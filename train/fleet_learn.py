@@ -1,0 +1,186 @@
+"""Fleet learning: the fleet learns from its own deployment, on a budget of expert help.
+
+    python train/fleet_learn.py --data data/seed --out runs/fleet --rounds 3 --gate fleet
+    torchrun --standalone --nproc_per_node=2 train/fleet_learn.py --data data/seed --out runs/fleet \\
+        --policy cnn --rounds 3 --operators 5 --help-steps 3000 --fleet-robots 50
+
+Round 0 trains the policy on the seed demonstrations (--data) for --max-steps, as bc.py
+does (OUT may already hold a bc.py run on them: it carries on). Then each round r:
+
+1. **deploys** the latest checkpoint (kept as OUT/fleet/round_r_policy) on robots
+   0..--fleet-robots-1 of the seed collection's fleet, --deploy-episodes each, from the
+   policy's own inputs (train/fleet/deploy.py). --operators operators watch the fleet, each a
+   fixed group of robots stepped in lockstep, and take a robot over when --gate asks: the
+   task's scripted expert drives it for up to --segment-steps steps, within --help-steps
+   expert steps per round in all (train/fleet/operators.py, gates.py). Every episode goes into
+   the round's store OUT/fleet/round_r, with who acted at each frame;
+2. **retrains** --round-steps more, under DDP as bc.py, on the seed demonstrations plus every
+   frame the expert labelled so far (train/fleet/labels.py), continuing the learning-rate
+   schedule over all the steps;
+3. **accounts** for it: OUT/fleet/accounts.json and a table (train/fleet/accounting.py):
+   expert-labelled frames with the seed's, deployment success, autonomy, hand-overs, ROHE.
+
+``--gate dagger`` has the expert label every state the policy visits without acting (the
+label-hungry upper bound); ``--gate bc`` spends the same steps on whole demonstrations.
+Rank 0 deploys while the other ranks wait. Rerunning the command carries on where it
+stopped; a finished round is not redone. ``evaluate --checkpoint OUT`` measures the policy
+on held-out seeds (experiments/fleet_learning.py does so after every round). docs/fleet_learning.md
+is the guide.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from train.restarts import end_if_failed_before, failures_remembered
+
+if __name__ == "__main__":  # a torchrun restart of inputs that failed before ends here, before torch loads (seconds)
+    end_if_failed_before(sys.argv[1:])
+
+import torch.distributed as dist  # noqa: E402
+
+from collect.config import CollectConfig
+from collect.manifest import read_manifest
+from dataset import FleetStore
+from dataset.episodes import select_episodes
+from sim.shared import check_choices, check_options, fail, parse_config, repo_relative, write_json_atomic
+from train.bc import join_process_group, run_training
+from train.checkpoint import latest_checkpoint, open_checkpoint
+from train.config import TrainConfig
+from train.data import open_training_store
+from train.fleet.accounting import format_accounts, run_accounts, seed_frames
+from train.fleet.deploy import Help, deploy_round
+from train.fleet.gates import MODES, GateOptions
+from train.fleet.labels import DeploymentLabels
+
+ROUND_TIMEOUT = timedelta(hours=2)  # how long the other ranks wait for rank 0's deployment
+
+
+@dataclass
+class FleetLearnConfig(TrainConfig, GateOptions):
+    out: str = field(default="runs/fleet", metadata={"help": "run directory: checkpoints, round stores, accounts"})
+    rounds: int = field(default=3, metadata={"help": "deployment rounds after the first --max-steps"})
+    gate: str = field(default="fleet", metadata={
+        "help": f"who asks for help: {', '.join(MODES[:-2])}; or dagger (the expert labels every state, never "
+                "acts) or bc (the help buys whole demonstrations)"})
+    operators: int = field(default=5, metadata={"help": "robots helped at most at once across the fleet"})
+    help_steps: int = field(default=2000, metadata={"help": "expert-acted control steps per round, fleet-wide"})
+    segment_steps: int = field(default=30, metadata={"help": "expert steps a hand-over lasts at most"})
+    fleet_robots: int = field(default=50, metadata={"help": "robots deployed: 0..N-1 of the seed collection's fleet"})
+    deploy_episodes: int = field(default=2, metadata={"help": "episodes per robot each round"})
+    round_steps: int = field(default=1000, metadata={"help": "training steps after each round"})
+    stop_after: int | None = field(default=None, metadata={
+        "help": "stop after this round's training (default: after --rounds); the schedule still spans --rounds, "
+                "so a run evaluated round by round learns as one that runs through"})
+    workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers for the deployment"})
+    scheduler: str | None = field(default=None, metadata={"help": "address of an existing dask scheduler"})
+
+    def __post_init__(self):
+        super().__post_init__()
+        GateOptions.__post_init__(self)
+        check_choices(self, {"gate": MODES})
+        check_options(self, ("rounds", "stop_after"), lambda value: value is None or value >= 0,
+                      "must not be negative")
+        check_options(self, ("operators", "help_steps", "segment_steps", "fleet_robots", "deploy_episodes",
+                             "round_steps", "workers"), lambda value: value >= 1, "must be at least 1")
+
+    @property
+    def total_steps(self) -> int:
+        return self.max_steps + self.rounds * self.round_steps
+
+
+def round_directory(run: Path, round: int) -> Path:
+    return Path(run) / "fleet" / f"round_{round}"
+
+
+def deployed(path: Path, config: FleetLearnConfig) -> bool:
+    """Whether the round's store at ``path`` holds every episode it is to hold (then it is not redone)."""
+    manifest = read_manifest(path) if path.exists() else None
+    robots = (manifest or {}).get("robots", {})
+    return len(robots) == config.fleet_robots and all(
+        entry.get("episodes") == config.deploy_episodes for entry in robots.values())
+
+
+def deploy(config: FleetLearnConfig, store: FleetStore, round: int) -> None:
+    """Round ``round``'s deployment of the run's latest checkpoint, into its store (rank 0)."""
+    run, out = Path(config.out), round_directory(Path(config.out), round)
+    if deployed(out, config):
+        print(f"round {round}: deployed already ({out})")
+        return
+    policy = out.parent / f"round_{round}_policy"
+    if not policy.exists():  # the policy that drives this round, whatever trains later
+        out.parent.mkdir(parents=True, exist_ok=True)
+        open_checkpoint(latest_checkpoint(run)).write(policy)
+    data = store.manifest["data_config"]
+    collection = CollectConfig(robots=config.fleet_robots, episodes=config.deploy_episodes,
+                               task=store.manifest["task"]["reference"], out=str(out), seed=data["seed"],
+                               cameras=tuple(data["cameras"]), image_size=data["image_size"], keep_failures=True,
+                               workers=config.workers, scheduler=config.scheduler)
+    help = Help(config.gate, config.gate_options(), config.segment_steps, config.operators)
+    lineage = {"source": "fleet", "policy": repo_relative(policy), "trained_on": repo_relative(store.path)}
+    print(f"round {round}: deploying {repo_relative(policy)} on {config.fleet_robots} robots x "
+          f"{config.deploy_episodes} episodes; gate {config.gate}, {config.operators} operators, "
+          f"{config.help_steps} expert steps", flush=True)
+    try:
+        summary = deploy_round(collection, str(policy), round, help, config.help_steps, lineage)
+    except ValueError as error:
+        fail(f"round {round}: {error}")
+    print(summary.format())
+
+
+def write_accounts(config: FleetLearnConfig, store: FleetStore, rounds: list[FleetStore]) -> None:
+    """OUT/fleet/accounts.json and its table on the console."""
+    seed = select_episodes(store, robots=config.robots or None, sites=config.sites or None,
+                           per_robot=config.episodes_per_robot or None)
+    accounts = run_accounts(seed_frames(seed), rounds)
+    (Path(config.out) / "fleet").mkdir(parents=True, exist_ok=True)
+    write_json_atomic(Path(config.out) / "fleet" / "accounts.json",
+                      {"config": dataclasses.asdict(config), "rounds": accounts})
+    print(format_accounts(accounts))
+
+
+def trained_to(run: Path) -> int:
+    """The step of the run's latest checkpoint (0 before the first)."""
+    latest = latest_checkpoint(run)
+    return open_checkpoint(latest, quiet=True).step if latest else 0
+
+
+def run_fleet_learning(config: FleetLearnConfig) -> None:
+    """Train on the seed, then deploy, retrain and account for each round: the whole of fleet_learn.py."""
+    master = int(os.environ.get("RANK", "0")) == 0
+    store = open_training_store(config, quiet=not master)
+    ddp = "RANK" in os.environ
+    if ddp:  # one process group for every phase; the others wait in it while rank 0 deploys
+        join_process_group(ROUND_TIMEOUT)
+    schedule = dataclasses.replace(config, max_steps=config.total_steps)
+    last = config.rounds if config.stop_after is None else min(config.stop_after, config.rounds)
+    rounds: list[FleetStore] = []
+    for round in range(last + 1):
+        if round > 0:
+            if master:
+                deploy(config, store, round)
+            if ddp:
+                dist.barrier()
+            rounds.append(FleetStore.open(round_directory(Path(config.out), round)))
+        until = config.max_steps + round * config.round_steps
+        if trained_to(Path(config.out)) < until:  # a finished round is not loaded again
+            run_training(schedule, DeploymentLabels(rounds) if rounds else None, until=until)
+        if master:
+            write_accounts(config, store, rounds)
+    if ddp:
+        dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = parse_config(FleetLearnConfig, __doc__, argv)
+    with failures_remembered(sys.argv[1:] if argv is None else argv):
+        run_fleet_learning(config)
+
+
+if __name__ == "__main__":
+    main()
