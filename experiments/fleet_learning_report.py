@@ -116,7 +116,7 @@ def publish(config, config_dict: dict, expert: dict, runs: dict, seconds: dict) 
     bc = bc_points(config.task, seed_frames / (config.seed_robots * config.seed_episodes))
     table = rows(runs, expert)
     command = "python -m experiments.fleet_learning" + (f" --gates {' '.join(config.gates)}"
-                                                        if tuple(config.gates) != ("fleet",) else "")
+                                                        if tuple(config.gates) != ("stall",) else "")
     media = Path(config.media) / f"{NAME}_{config.task}.png"
     result = {"experiment": NAME, "machine": machine_facts(), "config": config_dict, "command": command,
               "expert": expert["fleet"], "rows": table, "bc": bc, "runs": runs, "seconds": seconds,
