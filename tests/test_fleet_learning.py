@@ -174,14 +174,18 @@ def test_dagger_labels_every_frame_without_acting_and_bc_buys_whole_demonstratio
         assert (data["acted_by"].sum()) == len(acted)
 
 
+def fleet_learn_command(run, data, *options, ranks=1) -> list[str]:
+    """train/fleet_learn.py on a tiny fleet: one round of 4 robots x 2 episodes, 2 operators, 80 expert steps."""
+    return train_command("--data", data, "--out", run, "--max-steps", "20", "--rounds", "1", "--round-steps", "5",
+                         "--fleet-robots", "4", "--deploy-episodes", "2", "--operators", "2", "--help-steps", "80",
+                         "--gate", "stall", "--stall-steps", "10", "--workers", "2", *options, ranks=ranks,
+                         script="fleet_learn.py")
+
+
 def fleet_learn(run, data, *options, ranks=1, crash_at=None):
     env = {**train_env(), **({CRASH_AT: crash_at} if crash_at else {})}
-    command = train_command("--data", data, "--out", run, "--max-steps", "20", "--rounds", "1", "--round-steps", "5",
-                            "--fleet-robots", "4", "--deploy-episodes", "2", "--operators", "2", "--help-steps", "80",
-                            "--gate", "stall", "--stall-steps", "10", "--workers", "2", *options, ranks=ranks,
-                            script="fleet_learn.py")
-    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=600,
-                          start_new_session=True)
+    return subprocess.run(fleet_learn_command(run, data, *options, ranks=ranks), capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=600, start_new_session=True)
 
 
 def test_a_killed_round_resumes_to_the_same_store_and_a_finished_one_is_not_redone(trained_run, pick_place_fleet,
