@@ -152,11 +152,14 @@ def run_wave(job: GroupJob, wave: int, envs: list, driver: FleetDriver, supervis
             if robot == helped:
                 acted_by, action = EXPERT, supervisor.act(robot, observations[robot])
                 operator.spend()
-            label = supervisor.act(robot, observations[robot]) if mode == "dagger" else action
+            space = envs[robot].action_space
+            action = np.clip(action, space.low, space.high)  # as the controller takes it, and within the store's bounds
+            labelled = mode == "dagger" or acted_by == EXPERT
+            recorded = np.clip(supervisor.act(robot, observations[robot]), space.low, space.high) \
+                if mode == "dagger" else action
             observation, reward, terminated, truncated, info = envs[robot].step(action)
-            frames[robot].append({**observations[robot], "action": np.clip(label, -1.0, 1.0),
-                                  "next.reward": reward, "next.success": info["is_success"],
-                                  "acted_by": acted_by, "labelled": mode == "dagger" or acted_by == EXPERT})
+            frames[robot].append({**observations[robot], "action": recorded, "next.reward": reward,
+                                  "next.success": info["is_success"], "acted_by": acted_by, "labelled": labelled})
             tracker.update(robot, reward)
             observations[robot] = observation
             success[robot] = info["is_success"]
