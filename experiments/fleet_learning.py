@@ -1,25 +1,31 @@
-"""The recorded fleet-learning run: pick_place from cameras, a small seed collection, the fleet learning from its
-deployment, each round evaluated as the BC figures it is compared with (issue 44).
+"""The recorded fleet-learning runs: a small seed collection, the fleet learning from its deployment, each round
+evaluated as the BC figures it is compared with (issue 44).
 
-    .venv/bin/python -m experiments.fleet_learning                 # the recorded run (rounds resume)
-    .venv/bin/python -m experiments.fleet_learning --rounds 2      # run (or carry on) up to round 2 only
+    .venv/bin/python -m experiments.fleet_learning                    # pick_place from cameras (rounds resume)
+    .venv/bin/python -m experiments.fleet_learning --run-rounds 2     # carry on up to round 2 only
+    .venv/bin/python -m experiments.fleet_learning --setting state    # the gates side by side, state MLP
+
+``--setting`` picks the defaults (``SETTINGS``): ``visuomotor``, the cnn from the front and
+wrist cameras and the arm's own state, seeded with docs/scaling.md's 27 x 10 visuomotor point;
+``state``, the state MLP from a weak seed (3 x 10), every gate from the same seed policy at
+one budget, cheap enough to set the gates side by side (ROHE over the random gate's).
 
 As a user would run it, each stage a subprocess with its output in a log under ``--out``:
 
-1. ``collect`` the seed demonstrations: robots 0..``--seed-robots``-1 x ``--seed-episodes``,
-   front and wrist cameras at 64 px: the same episodes as the 27 x 10 point of docs/scaling.md's
-   visuomotor sweep;
+1. ``collect`` the seed demonstrations: robots 0..``--seed-robots``-1 x ``--seed-episodes``
+   (visuomotor: front and wrist cameras at 64 px, the same episodes as the 27 x 10 point of
+   docs/scaling.md's visuomotor sweep);
 2. ``evaluate --expert`` once on the evaluation robots and seeds;
-3. ``train/bc.py`` the seed policy on them (round 0: the cnn as that scaling point trains it);
+3. ``train/bc.py`` the seed policy on them (round 0; visuomotor: the cnn as that scaling point trains it);
 4. per ``--gates`` entry, from a copy of the seed policy, per round r = 1..``--rounds``:
    ``train/fleet_learn.py --stop-after r`` under torchrun (deploy on the ``--fleet-robots``
    robots, help, retrain; the learning rate carries on at the seed schedule's end, 10% of the peak);
 5. ``evaluate`` of the seed policy and of each round's result on robots 0..``--eval-robots``-1
-   x ``--eval-episodes`` held-out seeds, as the visuomotor full run evaluates its 0.954
-   (docs/evaluation.md).
+   x ``--eval-episodes`` held-out seeds, as the full runs evaluate (docs/evaluation.md: the
+   visuomotor one's 0.954).
 
 Everything resumes: the collection carries on, fleet_learn.py does, a finished evaluation is
-kept. The results (accounts and evaluations per round) go to ``--results-dir/fleet_learning.json``,
+kept. The results (accounts and evaluations per round) go to ``--results-dir/NAME.json``,
 the table into ``--docs`` and the plot (success against expert-labelled frames, with the BC
 points of docs/scaling.md and the visuomotor full run) to ``--media``.
 """
@@ -36,28 +42,42 @@ from dataset import FleetStore
 from dataset.episodes import select_episodes
 from experiments.fleet_learning_report import publish
 from experiments.full_run import StageClock, finished_evaluation, trained_step
-from sim.shared import check_options, parse_config, repo_relative
+from sim.shared import check_choices, check_options, parse_config, repo_relative
 from train.checkpoint import Checkpoint, latest_checkpoint
 from train.fleet.accounting import seed_frames
 
 
+SETTINGS = {  # the defaults of each --setting
+    # the recorded run: the cnn from cameras, seeded with docs/scaling.md's 27 x 10 visuomotor point
+    "visuomotor": {"seed_robots": 27, "seed_episodes": 10, "cameras": ("front", "wrist"), "policy": "cnn",
+                   "inputs": "proprio+cameras", "hidden": (256, 256), "batch_size": 64, "seed_steps": 2700,
+                   "round_steps": 1000, "gates": ("stall",)},
+    # the gates side by side at one budget, cheaply: the state MLP from a weak seed (3 robots x 10)
+    "state": {"seed_robots": 3, "seed_episodes": 10, "cameras": (), "policy": "mlp", "inputs": "state",
+              "hidden": (512, 512, 512), "batch_size": 256, "seed_steps": 500, "round_steps": 500,
+              "gates": ("random", "stall", "uncertainty", "fleet")},
+}
+
+
 @dataclass
 class FleetLearningConfig:
+    setting: str = field(default="visuomotor", metadata={"help": "visuomotor or state: the defaults below"})
     task: str = field(default="pick_place", metadata={"help": "task"})
-    seed_robots: int = field(default=27, metadata={"help": "robots of the seed collection"})
-    seed_episodes: int = field(default=10, metadata={"help": "seed demonstrations per robot"})
-    cameras: tuple[str, ...] = field(default=("front", "wrist"), metadata={"help": "cameras"})
+    seed_robots: int | None = field(default=None, metadata={"help": "robots of the seed collection"})
+    seed_episodes: int | None = field(default=None, metadata={"help": "seed demonstrations per robot"})
+    cameras: tuple[str, ...] | None = field(default=None, metadata={"help": "cameras"})
     image_size: int = field(default=64, metadata={"help": "camera image size, pixels"})
-    policy: str = field(default="cnn", metadata={"help": "policy kind (train/bc.py --policy)"})
-    inputs: str = field(default="proprio+cameras", metadata={"help": "what the policy sees"})
-    hidden: tuple[int, ...] = field(default=(256, 256), metadata={"help": "head widths"})
-    batch_size: int = field(default=64, metadata={"help": "windows per rank per step"})
+    policy: str | None = field(default=None, metadata={"help": "policy kind (train/bc.py --policy)"})
+    inputs: str | None = field(default=None, metadata={"help": "what the policy sees"})
+    hidden: tuple[int, ...] | None = field(default=None, metadata={"help": "MLP (and cnn head) widths"})
+    batch_size: int | None = field(default=None, metadata={"help": "windows per rank per step"})
     ranks: int = field(default=2, metadata={"help": "DDP ranks"})
-    seed_steps: int = field(default=2700, metadata={"help": "training steps on the seed (as the scaling point)"})
+    seed_steps: int | None = field(default=None, metadata={"help": "training steps on the seed"})
     rounds: int = field(default=6, metadata={"help": "deployment rounds (the schedule spans them all)"})
     run_rounds: int | None = field(default=None, metadata={"help": "stop after this round now (default: all)"})
-    round_steps: int = field(default=1000, metadata={"help": "training steps after each round"})
-    gates: tuple[str, ...] = field(default=("stall",), metadata={"help": "gates (fleet_learn.py --gate), one run each"})
+    round_steps: int | None = field(default=None, metadata={"help": "training steps after each round"})
+    gates: tuple[str, ...] | None = field(default=None, metadata={
+        "help": "gates (fleet_learn.py --gate), one run each from the same seed policy"})
     operators: int = field(default=10, metadata={"help": "robots helped at most at once"})
     help_steps: int = field(default=3000, metadata={"help": "expert steps per round"})
     segment_steps: int = field(default=40, metadata={"help": "expert steps per hand-over at most"})
@@ -67,16 +87,26 @@ class FleetLearningConfig:
     eval_episodes: int = field(default=10, metadata={"help": "held-out episodes per evaluated robot"})
     seed: int = field(default=0, metadata={"help": "fleet seed"})
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers"})
-    out: str = field(default="runs/fleet_learning", metadata={"help": "data, runs, evaluations and logs"})
+    out: str = field(default="", metadata={"help": "data, runs, evaluations and logs (default: runs/NAME)"})
     docs: str = field(default="docs/fleet_learning.md", metadata={"help": "markdown file for the table"})
     media: str = field(default="docs/media", metadata={"help": "where the plot goes"})
-    results_dir: str = field(default="experiments/results", metadata={"help": "where fleet_learning.json goes"})
+    results_dir: str = field(default="experiments/results", metadata={"help": "where NAME.json goes"})
 
     def __post_init__(self):
+        check_choices(self, {"setting": tuple(SETTINGS)})
+        for name, default in SETTINGS[self.setting].items():  # options left unset take the setting's value
+            if getattr(self, name) is None:
+                setattr(self, name, default)
+        self.out = self.out or f"runs/{self.name}"
         check_options(self, ("seed_robots", "seed_episodes", "ranks", "seed_steps", "round_steps", "fleet_robots",
                              "eval_robots", "eval_episodes", "workers"), lambda value: value >= 1,
                       "must be at least 1")
         self.run_rounds = self.rounds if self.run_rounds is None else min(self.run_rounds, self.rounds)
+
+    @property
+    def name(self) -> str:
+        """The results' name: ``fleet_learning`` for the recorded (visuomotor) run, ``fleet_learning_state``."""
+        return "fleet_learning" if self.setting == "visuomotor" else f"fleet_learning_{self.setting}"
 
 
 def training_options(config: FleetLearningConfig) -> list[str]:
@@ -144,8 +174,9 @@ def main(argv: list[str] | None = None) -> dict:
     clock = StageClock(out / "seconds.json")
     clock.run("collect", "collect the seed",
               [sys.executable, "-m", "collect.cli", "--task", config.task, "--robots", str(config.seed_robots),
-               "--episodes", str(config.seed_episodes), "--seed", str(config.seed), "--cameras", *config.cameras,
-               "--image-size", str(config.image_size), "--workers", str(config.workers),
+               "--episodes", str(config.seed_episodes), "--seed", str(config.seed),
+               *(["--cameras", *config.cameras, "--image-size", str(config.image_size)] if config.cameras else []),
+               "--workers", str(config.workers),
                "--out", repo_relative(out / "seed"), "--quiet"], out / "collect.log")
     episodes = config.eval_robots * config.eval_episodes
     if finished_evaluation(out / "eval_expert", None, episodes) is None:

@@ -17,22 +17,22 @@ from experiments.common import write_section
 from sim.fleet import SITES
 from sim.shared import REPO
 
-NAME = "fleet_learning"
 
-
-def bc_points(task: str, frames_per_demo: float) -> dict[str, list[dict]]:
-    """BC's recorded points on ``task`` from cameras: ``scaling`` (held-out robots) and ``full_run``
-    (the training robots on held-out seeds), each with expert-labelled frames and success over the expert."""
+def bc_points(task: str, frames_per_demo: float, setting: str) -> dict[str, list[dict]]:
+    """BC's recorded points on ``task`` in ``setting``: ``scaling`` (held-out robots) and ``full_run`` (the
+    training robots on held-out seeds), each with expert-labelled frames and success over the expert."""
     results = REPO / "experiments" / "results"
+    suffix = "" if setting == "state" else f"_{setting}"
     points: dict[str, list[dict]] = {"scaling": [], "full_run": []}
-    scaling = json.loads((results / "scaling_visuomotor.json").read_text())
+    scaling = json.loads((results / f"scaling{suffix}.json").read_text())
     expert = scaling["experts"][task]["fleet"]["pc_success"]
     for point in scaling["points"]:
         if point["task"] == task:
             points["scaling"].append({"demos": point["demos"], "frames": point["frames"],
                                       "success": point["success"]["pc_success"] / expert})
-    for row in json.loads((results / "full_run_visuomotor.json").read_text())["results"]:
-        if row["task"] == task and row["policy"] == "cnn" and row.get("action_modes", 1) == 1:
+    for row in json.loads((results / f"full_run{suffix}.json").read_text())["results"]:
+        kind = row["policy"] if isinstance(row["policy"], str) else "mlp"  # the state full run names no kind
+        if row["task"] == task and kind in ("cnn", "mlp") and row.get("action_modes", 1) == 1:
             demos = row["training_robots"] * row["training_episodes"]
             points["full_run"].append({"demos": demos, "frames": round(demos * frames_per_demo),
                                        "success": row["policy_over_expert"]})
@@ -80,7 +80,7 @@ def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str
     return "\n".join(lines)
 
 
-def plot(table: list[dict], bc: dict[str, list[dict]], path: Path) -> None:
+def plot(table: list[dict], bc: dict[str, list[dict]], setting: str, path: Path) -> None:
     """Success over the expert against expert-labelled frames: each gate's rounds beside BC's points."""
     import matplotlib
 
@@ -89,7 +89,7 @@ def plot(table: list[dict], bc: dict[str, list[dict]], path: Path) -> None:
 
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for name, marker, label in (("scaling", "s", "BC, scaling sweep (held-out robots)"),
-                                ("full_run", "D", "BC, visuomotor full run (robots 0-49)")):
+                                ("full_run", "D", f"BC, the {setting} full run (robots 0-49)")):
         points = sorted(bc[name], key=lambda p: p["frames"])
         axes.plot([p["frames"] for p in points], [p["success"] for p in points], marker=marker, linestyle=":",
                   label=label)
@@ -113,17 +113,17 @@ def plot(table: list[dict], bc: dict[str, list[dict]], path: Path) -> None:
 def publish(config, config_dict: dict, expert: dict, runs: dict, seconds: dict) -> dict:
     """Write the results file, the docs table and the plot; the results."""
     seed_frames = next(iter(runs.values()))["accounts"][0]["labelled_so_far"]
-    bc = bc_points(config.task, seed_frames / (config.seed_robots * config.seed_episodes))
+    bc = bc_points(config.task, seed_frames / (config.seed_robots * config.seed_episodes), config.setting)
     table = rows(runs, expert)
-    command = "python -m experiments.fleet_learning" + (f" --gates {' '.join(config.gates)}"
-                                                        if tuple(config.gates) != ("stall",) else "")
-    media = Path(config.media) / f"{NAME}_{config.task}.png"
-    result = {"experiment": NAME, "machine": machine_facts(), "config": config_dict, "command": command,
-              "expert": expert["fleet"], "rows": table, "bc": bc, "runs": runs, "seconds": seconds,
-              "plot": str(media)}
-    write_results(NAME, result, Path(config.results_dir))
-    plot(table, bc, media)
-    write_section(Path(config.docs), NAME, "## The recorded run",
+    command = "python -m experiments.fleet_learning" + (f" --setting {config.setting}"
+                                                        if config.setting != "visuomotor" else "")
+    media = Path(config.media) / f"{config.name}_{config.task}.png"
+    result = {"experiment": config.name, "machine": machine_facts(), "config": config_dict, "command": command,
+              "expert": expert["fleet"], "rows": table, "rohe_over_random": rohe_over_random(table), "bc": bc,
+              "runs": runs, "seconds": seconds, "plot": str(media)}
+    write_results(config.name, result, Path(config.results_dir))
+    plot(table, bc, config.setting, media)
+    write_section(Path(config.docs), config.name, f"## The recorded run ({config.setting})",
                   markdown(config_dict, table, expert, command) + f"\n\n![success against expert frames]"
                   f"(media/{media.name})")
     best = max(table, key=lambda row: row["over_expert"])
@@ -131,3 +131,15 @@ def publish(config, config_dict: dict, expert: dict, runs: dict, seconds: dict) 
           f"{best['labelled_so_far']} expert-labelled frames")
     return result
 
+
+def rohe_over_random(table: list[dict]) -> dict[str, float]:
+    """Each gate's deployment ROHE over all its rounds, over the random gate's (when both ran)."""
+    totals = {}
+    for row in table:
+        deployment = row["deployment"]
+        if deployment.get("episodes"):
+            successes, labelled = totals.get(row["gate"], (0.0, 0))
+            totals[row["gate"]] = (successes + deployment["success"] * deployment["episodes"],
+                                   labelled + deployment["labelled"])
+    rohe = {gate: 1000 * successes / labelled for gate, (successes, labelled) in totals.items() if labelled}
+    return {gate: value / rohe["random"] for gate, value in rohe.items()} if rohe.get("random") else {}
