@@ -35,9 +35,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from collect.manifest import read_manifest
 from dataset import FleetStore
 from dataset.episodes import select_episodes
 from experiments.fleet_learning_report import publish
@@ -65,18 +66,18 @@ class FleetLearningConfig:
     task: str = field(default="pick_place", metadata={"help": "task"})
     seed_robots: int | None = field(default=None, metadata={"help": "robots of the seed collection"})
     seed_episodes: int | None = field(default=None, metadata={"help": "seed demonstrations per robot"})
-    cameras: tuple[str, ...] | None = field(default=None, metadata={"help": "cameras"})
+    cameras: tuple[str, ...] = field(default=(), metadata={"help": "cameras (default: the setting's)"})
     image_size: int = field(default=64, metadata={"help": "camera image size, pixels"})
     policy: str | None = field(default=None, metadata={"help": "policy kind (train/bc.py --policy)"})
     inputs: str | None = field(default=None, metadata={"help": "what the policy sees"})
-    hidden: tuple[int, ...] | None = field(default=None, metadata={"help": "MLP (and cnn head) widths"})
+    hidden: tuple[int, ...] = field(default=(), metadata={"help": "MLP (and cnn head) widths"})
     batch_size: int | None = field(default=None, metadata={"help": "windows per rank per step"})
     ranks: int = field(default=2, metadata={"help": "DDP ranks"})
     seed_steps: int | None = field(default=None, metadata={"help": "training steps on the seed"})
     rounds: int = field(default=6, metadata={"help": "deployment rounds (the schedule spans them all)"})
     run_rounds: int | None = field(default=None, metadata={"help": "stop after this round now (default: all)"})
     round_steps: int | None = field(default=None, metadata={"help": "training steps after each round"})
-    gates: tuple[str, ...] | None = field(default=None, metadata={
+    gates: tuple[str, ...] = field(default=(), metadata={
         "help": "gates (fleet_learn.py --gate), one run each from the same seed policy"})
     operators: int = field(default=10, metadata={"help": "robots helped at most at once"})
     help_steps: int = field(default=3000, metadata={"help": "expert steps per round"})
@@ -95,7 +96,7 @@ class FleetLearningConfig:
     def __post_init__(self):
         check_choices(self, {"setting": tuple(SETTINGS)})
         for name, default in SETTINGS[self.setting].items():  # options left unset take the setting's value
-            if getattr(self, name) is None:
+            if getattr(self, name) in (None, ()):
                 setattr(self, name, default)
         self.out = self.out or f"runs/{self.name}"
         check_options(self, ("seed_robots", "seed_episodes", "ranks", "seed_steps", "round_steps", "fleet_robots",
@@ -134,6 +135,19 @@ def seed_store_frames(store: Path) -> int:
     return seed_frames(select_episodes(FleetStore.open(store)))
 
 
+def collected(store: Path, robots: int, episodes: int) -> bool:
+    """Whether the collection in ``store`` has attempted every episode of its ``robots`` robots."""
+    manifest = read_manifest(store) if store.exists() else None
+    entries = (manifest or {}).get("robots", {})
+    return len(entries) == robots and all(e["episodes"] + e["failed"] >= episodes for e in entries.values())
+
+
+def accounted_rounds(run: Path) -> list[int]:
+    """The rounds that ``run``'s accounts cover (round 0, the seed, included)."""
+    accounts = run / "fleet" / "accounts.json"
+    return [a["round"] for a in json.loads(accounts.read_text())["rounds"]] if accounts.exists() else []
+
+
 def evaluate_command(config: FleetLearningConfig, agent: list[str], out: Path) -> list[str]:
     return [sys.executable, "-m", "eval.cli", *agent, "--robots", str(config.eval_robots),
             "--episodes", str(config.eval_episodes), "--seed", str(config.seed), "--workers", str(config.workers),
@@ -143,9 +157,8 @@ def evaluate_command(config: FleetLearningConfig, agent: list[str], out: Path) -
 def evaluated(config: FleetLearningConfig, clock: StageClock, name: str, run: Path, out: Path) -> dict:
     """The evaluation of ``run``'s latest checkpoint in ``out``: kept if finished, else run now."""
     step, episodes = trained_step(run), config.eval_robots * config.eval_episodes
-    if finished_evaluation(out, step, episodes) is None:
-        clock.run(f"eval_{name}", f"evaluate {name}", evaluate_command(config, ["--checkpoint", repo_relative(run)], out),
-                  out.parent / f"{out.name}.log", resumes=False)
+    clock.run(f"eval_{name}", f"evaluate {name}", evaluate_command(config, ["--checkpoint", repo_relative(run)], out),
+              out.parent / f"{out.name}.log", resumes=False, done=finished_evaluation(out, step, episodes) is not None)
     info = finished_evaluation(out, step, episodes)
     return {"step": step, "fleet": info["fleet"], "per_site": info["per_site"]}
 
@@ -161,7 +174,8 @@ def run_gate(config: FleetLearningConfig, gate: str, clock: StageClock, seed_pol
     evaluations = []
     for round in range(1, config.run_rounds + 1):
         clock.run(f"{gate}_round_{round}", f"{gate}: round {round}", fleet_learn_command(config, gate, run, round),
-                  out / f"round_{round}.log")
+                  out / f"round_{round}.log", done=round in accounted_rounds(run)
+                  and trained_step(run) >= config.seed_steps + round * config.round_steps)
         evaluations.append({"round": round, **evaluated(config, clock, f"{gate}_round_{round}", run,
                                                         out / f"eval_round_{round}")})
     return evaluations
@@ -172,22 +186,25 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     clock = StageClock(out / "seconds.json")
+    seed_store = out / "seed"
     clock.run("collect", "collect the seed",
               [sys.executable, "-m", "collect.cli", "--task", config.task, "--robots", str(config.seed_robots),
                "--episodes", str(config.seed_episodes), "--seed", str(config.seed),
                *(["--cameras", *config.cameras, "--image-size", str(config.image_size)] if config.cameras else []),
                "--workers", str(config.workers),
-               "--out", repo_relative(out / "seed"), "--quiet"], out / "collect.log")
+               "--out", repo_relative(seed_store), "--quiet"], out / "collect.log",
+              done=collected(seed_store, config.seed_robots, config.seed_episodes))
     episodes = config.eval_robots * config.eval_episodes
-    if finished_evaluation(out / "eval_expert", None, episodes) is None:
-        clock.run("expert", "evaluate the expert",
-                  evaluate_command(config, ["--expert", "--task", config.task], out / "eval_expert"),
-                  out / "eval_expert.log", resumes=False)
+    clock.run("expert", "evaluate the expert",
+              evaluate_command(config, ["--expert", "--task", config.task], out / "eval_expert"),
+              out / "eval_expert.log", resumes=False,
+              done=finished_evaluation(out / "eval_expert", None, episodes) is not None)
     expert = finished_evaluation(out / "eval_expert", None, episodes)
     seed_policy = out / "seed_policy"
     clock.run("seed_policy", "train the seed policy",
               [*torchrun(config, "train/bc.py"), *training_options(config), "--out", repo_relative(seed_policy),
-               "--max-steps", str(config.seed_steps)], out / "seed_policy.log", resumes=seed_policy.exists())
+               "--max-steps", str(config.seed_steps)], out / "seed_policy.log", resumes=seed_policy.exists(),
+              done=trained_step(seed_policy) == config.seed_steps)
     seed_evaluation = {"round": 0, **evaluated(config, clock, "seed_policy", seed_policy, out / "eval_seed_policy")}
     runs = {}
     for gate in config.gates:
@@ -195,9 +212,10 @@ def main(argv: list[str] | None = None) -> dict:
             [seed_evaluation]
         accounts_file = out / gate / "run" / "fleet" / "accounts.json"
         accounts = json.loads(accounts_file.read_text())["rounds"] if accounts_file.exists() else \
-            [{"round": 0, "labelled_so_far": seed_store_frames(out / "seed")}]
+            [{"round": 0, "labelled_so_far": seed_store_frames(seed_store)}]
         runs[gate] = {"evaluations": evaluations, "accounts": accounts}
-    return publish(config, asdict(config), expert, runs, clock.seconds)
+    command = "python -m experiments.fleet_learning" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
+    return publish(config, command, expert, runs, clock.seconds)
 
 
 if __name__ == "__main__":

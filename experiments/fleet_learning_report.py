@@ -10,6 +10,7 @@ demonstrations x the seed collection's mean demonstration length, which the same
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks.common import machine_facts, write_results
@@ -110,13 +111,12 @@ def plot(table: list[dict], bc: dict[str, list[dict]], setting: str, path: Path)
     plt.close(figure)
 
 
-def publish(config, config_dict: dict, expert: dict, runs: dict, seconds: dict) -> dict:
+def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> dict:
     """Write the results file, the docs table and the plot; the results."""
     seed_frames = next(iter(runs.values()))["accounts"][0]["labelled_so_far"]
     bc = bc_points(config.task, seed_frames / (config.seed_robots * config.seed_episodes), config.setting)
     table = rows(runs, expert)
-    command = "python -m experiments.fleet_learning" + (f" --setting {config.setting}"
-                                                        if config.setting != "visuomotor" else "")
+    config_dict = asdict(config)
     media = Path(config.media) / f"{config.name}_{config.task}.png"
     result = {"experiment": config.name, "machine": machine_facts(), "config": config_dict, "command": command,
               "expert": expert["fleet"], "rows": table, "rohe_over_random": rohe_over_random(table), "bc": bc,

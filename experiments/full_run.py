@@ -337,7 +337,11 @@ class StageClock:
         self.seconds = json.loads(path.read_text()) if path.exists() else {}
 
     def run(self, stage: str, name: str, command: list[str], log: Path, env: dict[str, str] | None = None, *,
-            resumes: bool = True) -> None:
+            resumes: bool = True, done: bool = False) -> None:
+        """Run one stage (unless it is ``done``: then say it was skipped) and add up its seconds."""
+        if done:
+            print(f"{name}: finished earlier, skipped")
+            return
         earlier = self.seconds.get(stage, 0.0) if resumes else 0.0
         self.seconds[stage] = earlier + run_step(name, command, log, env)
         self.path.write_text(json.dumps(self.seconds, indent=2) + "\n")

@@ -171,14 +171,6 @@ def train_command(config: ScalingConfig, data: Path, run: Path, robots: int, epi
             "--val-fraction", "0", "--hidden", *map(str, config.hidden), "--seed", str(seed)]
 
 
-def stage(clock: StageClock, key: str, name: str, done: bool, command: list[str], log: Path) -> None:
-    """Run one stage unless it is ``done`` (then say it was skipped)."""
-    if done:
-        print(f"{name}: finished earlier, skipped")
-    else:
-        clock.run(key, name, command, log)
-
-
 def pooled(figures: list[dict]) -> dict:
     """Success over the episodes of several evaluations together, with its 95% Wilson interval."""
     n, successes = sum(f["n_episodes"] for f in figures), sum(f["n_success"] for f in figures)
@@ -211,8 +203,9 @@ def main(argv: list[str] | None = None) -> dict:
         out.mkdir(parents=True, exist_ok=True)
         clock, data = StageClock(out / "seconds.json"), out / "data"
         clock.run("collect", f"{task} collect", collect_command(config, task, data), out / "collect.log")
-        stage(clock, "expert", f"{task} expert", finished_evaluation(out / "expert", None, evaluated) is not None,
-              evaluate_command(config, ["--expert", "--task", task, *held_out], out / "expert"), out / "expert.log")
+        clock.run("expert", f"{task} expert",
+                  evaluate_command(config, ["--expert", "--task", task, *held_out], out / "expert"), out / "expert.log",
+                  done=finished_evaluation(out / "expert", None, evaluated) is not None)
         experts[task] = finished_evaluation(out / "expert", None, evaluated)
         if not experts[task]["fleet"]["pc_success"]:
             raise SystemExit(f"error: the {task} expert never succeeded on the held-out robots: nothing to scale to")
@@ -226,11 +219,12 @@ def main(argv: list[str] | None = None) -> dict:
                 name, point = f"{task} {k} x {n} seed {seed}", out / f"r{k}_e{n}" / f"seed{seed}"
                 run, evaluation = point / "run", point / "eval"
                 point.mkdir(parents=True, exist_ok=True)
-                stage(clock, "train", f"{name} train", trained_step(run) == training["steps"],
-                      train_command(config, data, run, k, n, seed, training["batch_size"]), point / "train.log")
-                stage(clock, "evaluate", f"{name} evaluate",
-                      finished_evaluation(evaluation, trained_step(run), evaluated) is not None,
-                      evaluate_command(config, ["--checkpoint", str(run), *held_out], evaluation), point / "eval.log")
+                clock.run("train", f"{name} train",
+                          train_command(config, data, run, k, n, seed, training["batch_size"]), point / "train.log",
+                          done=trained_step(run) == training["steps"])
+                clock.run("evaluate", f"{name} evaluate",
+                          evaluate_command(config, ["--checkpoint", str(run), *held_out], evaluation), point / "eval.log",
+                          done=finished_evaluation(evaluation, trained_step(run), evaluated) is not None)
                 infos[seed] = finished_evaluation(evaluation, None, evaluated)
                 if seeds_of(infos[seed]) != seeds_of(experts[task]):
                     raise SystemExit(f"error: {name} was evaluated on other seeds than the expert")
