@@ -181,8 +181,8 @@ def deploy_imports_seconds() -> float:
     the deployment's code (train.fleet.deploy): what a fresh worker's first task pays within the deploy timing."""
     code = ("import time, collect.worker; start = time.perf_counter(); import train.fleet.deploy; "
             "print(time.perf_counter() - start)")
-    return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                                cwd=REPO).stdout)
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    return float(printed.stdout.split()[-1])  # the last word: an import may print before it
 
 
 def run_rounds(job: DeployJob, rounds: int) -> tuple[list[dict[str, float]], list[dict]]:
