@@ -49,7 +49,8 @@ import sim  # first: it selects headless rendering before mujoco loads
 import gymnasium as gym
 import numpy as np
 
-from benchmarks.common import benchmark_parser, job_options, machine_facts, median_ratio, publish
+from benchmarks.common import (benchmark_parser, bracketed, in_processes, job_options, machine_facts, median_ratio,
+                               publish)
 from collect import CollectConfig
 from collect.engine import run_collection
 from collect.schema import features_of
@@ -83,24 +84,13 @@ def expert_loop(job: CollectConfig, robot_ids: list[int]) -> tuple[int, float]:
 
 
 def measure_limit(job: CollectConfig, robot_ids: list[int], processes: int) -> tuple[int, float]:
-    """(env steps, seconds) of the loop over these robots split over ``processes`` spawned ones.
-
-    Each process is timed inside (spawn and imports excluded) and the slowest one counts.
-    Even one process is spawned: once this process has rendered, the processes that
-    ``AsyncVectorEnv`` forks hang in their first render (EGL on llvmpipe).
-    """
-    groups = [robot_ids[i::processes] for i in range(processes)]
-    with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        results = pool.starmap(expert_loop, [(job, group) for group in groups])
-    return sum(steps for steps, _ in results), max(seconds for _, seconds in results)
+    """(env steps, seconds) of the loop over these robots split over ``processes`` spawned ones."""
+    return in_processes(expert_loop, [(job, robot_ids[i::processes]) for i in range(processes)])
 
 
 def bracketed_by_limit(job: CollectConfig, processes: int, setup: Callable[[], float]) -> tuple[float, float]:
     """(setup's rate, the limit's rate): the limit's even robots just before ``setup()``, odd ones just after."""
-    before = measure_limit(job, list(range(0, job.robots, 2)), processes)
-    rate = setup()
-    after = measure_limit(job, list(range(1, job.robots, 2)), processes)
-    return rate, (before[0] + after[0]) / (before[1] + after[1])
+    return bracketed(setup, lambda half: measure_limit(job, list(range(half, job.robots, 2)), processes))
 
 
 def measure_collect(job: CollectConfig, workers: int, cluster_seconds: list[float]) -> float:

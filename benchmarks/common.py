@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import platform
 import shutil
@@ -93,6 +94,28 @@ def rate(step: Callable[[], object], seconds: float, warmup: int = 20) -> float:
             return calls / elapsed
 
 
+def in_processes(loop: Callable[..., tuple[int, float]], parts: list[tuple]) -> tuple[int, float]:
+    """(steps, seconds) of ``loop(*part)`` for every part at once, each in a spawned process of its own.
+
+    Each loop times itself (spawn and imports excluded) and returns (steps, seconds); the slowest
+    one counts. Even one part is spawned: once a process has rendered, the processes it forks can
+    hang in their first render (EGL on llvmpipe), and none renders in the benchmark's own process.
+    """
+    with multiprocessing.get_context("spawn").Pool(len(parts)) as pool:
+        results = pool.starmap(loop, parts)
+    return sum(steps for steps, _ in results), max(seconds for _, seconds in results)
+
+
+def bracketed(setup: Callable[[], float], limit: Callable[[int], tuple[int, float]]) -> tuple[float, float]:
+    """(``setup()``'s rate, the limit's rate): ``limit(0)`` runs just before the setup and ``limit(1)`` just
+    after, each half of the limit's work giving (steps, seconds), so a steady drift of the machine's
+    speed cancels out of their ratio."""
+    before = limit(0)
+    rate = setup()
+    after = limit(1)
+    return rate, (before[0] + after[0]) / (before[1] + after[1])
+
+
 def median_ratio(rounds: list[dict[str, float]], numerator: str, denominator: str, scale: float = 1.0) -> float:
     """``numerator / (scale x denominator)`` within each round (setups run back to back), then the median.
 
@@ -150,6 +173,11 @@ def job_options(args: argparse.Namespace) -> dict:
     return {name: value for name, value in vars(args).items() if name not in ("results_dir", "tables", "out")}
 
 
+def default_job(parser: argparse.ArgumentParser, args: argparse.Namespace) -> bool:
+    """Whether ``args`` ask for the benchmark's own job: every job option at its default (then it is recorded)."""
+    return job_options(args) == job_options(parser.parse_args([]))
+
+
 def publish(name: str, result: dict, header: list[str], rows: list[list], args: argparse.Namespace,
             table: str | None = None, recorded: bool = True) -> Path | None:
     """Print the rows; write the JSON to ``--out`` if given, else, for a ``recorded`` job (the benchmark's
@@ -166,7 +194,7 @@ def publish(name: str, result: dict, header: list[str], rows: list[list], args: 
         path = write_results(name, result, args.results_dir)
         append_table_rows(table or name, header, rows, args.tables)
     else:
-        print("not recorded: this job ran on your run or data (--out FILE writes its JSON)")
+        print("not recorded: this job is not the benchmark's own (--out FILE writes its JSON)")
         return None
     print(f"wrote {path}")
     return path

@@ -49,15 +49,13 @@ import sim  # noqa: F401  (first: it selects headless rendering before mujoco lo
 import numpy as np
 import torch
 
+from benchmarks import synthetic
 from benchmarks.common import benchmark_parser, machine_facts, publish
-from collect.schema import features_of
 from eval.lerobot_policy import LeRobotAgent
-from sim import make_robot, resolve_task
 from sim.shared import fail
 from train.checkpoint import DESCRIPTION, WEIGHTS, Checkpoint, load_policy, open_checkpoint
 from train.config import PolicyOptions
 from train.export import EXPORTABLE, export_lerobot_policy
-from train.policies.policy import make_policy, policy_spec
 
 TASK, CAMERAS = "pick_place", ("front", "wrist")
 KINDS = ("mlp", "cnn", "act", "diffusion")
@@ -76,31 +74,14 @@ CASES = {  # name -> the PolicyOptions fields that make it
 
 def task_features(image_size: int) -> dict[str, dict]:
     """The pick_place task's features with the front and wrist cameras (the env is only probed)."""
-    env = resolve_task(TASK).make_env(make_robot(0), cameras=CAMERAS, image_size=image_size)
-    try:
-        return features_of(env)
-    finally:
-        env.close()
-
-
-def synthetic_stats(feature: dict) -> dict[str, np.ndarray]:
-    """Statistics shaped as the store's: a vector's [D]; an image's per channel [C, 1, 1], in [0, 1]."""
-    image = feature["dtype"] == "image"
-    shape = (feature["shape"][2], 1, 1) if image else tuple(feature["shape"])
-    low, high = (0.0, 1.0) if image else (-1.0, 1.0)
-    values = {"mean": (low + high) / 2, "std": (high - low) / 4, "min": low, "max": high}
-    return {name: np.full(shape, value, np.float32) for name, value in values.items()}
+    return synthetic.task_features(TASK, CAMERAS, image_size)
 
 
 def synthetic_checkpoint(case: str, features: dict[str, dict]) -> Checkpoint:
     """The checkpoint of case ``case`` of ``CASES``, freshly initialised."""
     fields = CASES[case]
     config = PolicyOptions(**fields, inputs="state" if fields["policy"] == "mlp" else "proprio+cameras")
-    spec = policy_spec(config, features)
-    stats = {name: synthetic_stats(features[name]) for name in [*spec.features, "action"]}
-    torch.manual_seed(0)
-    return Checkpoint(spec=spec, weights=make_policy(spec, stats).state_dict(), stats=stats, features=features,
-                      task={"name": TASK}, step=0)
+    return synthetic.synthetic_checkpoint(config, features, TASK)
 
 
 def trained_checkpoint(path: Path) -> tuple[Checkpoint, int]:
