@@ -220,16 +220,17 @@ def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None 
 
 
 def run_robot_tasks(config: CollectConfig, spec: TaskSpec, features: dict, fps: int, fleet: list[RobotProfile],
-                    targets: dict[int, int], submit: Callable[[Client], list], lineage: dict | None = None
-                    ) -> CollectionSummary:
+                    targets: dict[int, int], submit: Callable[[Client], list], lineage: dict | None = None,
+                    preload: Sequence[str] = ("collect.worker",)) -> CollectionSummary:
     """Run the tasks ``submit(client)`` starts (each future gives a ``RobotReport``, or a list of them for the
     robots it wrote) into ``config.out``: the dask client, the progress bar of the ``targets`` (robot id ->
     episodes), the manifest before and after, and the summary. What a collection does whoever acts in it
-    (collect's experts, train/fleet's deployments)."""
+    (collect's experts, train/fleet's deployments). A local cluster's workers import ``preload`` as they start,
+    before the timing does."""
     out = Path(config.out)
     reports: list[RobotReport] = []
     entered = time.perf_counter()
-    with dask_client(config, show_dashboard=not config.quiet) as client:
+    with dask_client(config, preload, show_dashboard=not config.quiet) as client:
         started = time.perf_counter()
         settled = {robot_id: count for robot_id, count in create_output(out, config).items() if robot_id in targets}
         progress = _Progress(sum(targets.values()), settled, config.quiet)

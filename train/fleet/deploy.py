@@ -217,4 +217,4 @@ def deploy_round(config: CollectConfig, checkpoint: str, round: int, help: Help,
     return run_robot_tasks(config, spec, features, fps, fleet, targets,
                            lambda client: [client.submit(deploy_group_on_worker, job, retries=TASK_RETRIES,
                                                          pure=False) for job in jobs],
-                           lineage=lineage)
+                           lineage=lineage, preload=("train.fleet.deploy",))
