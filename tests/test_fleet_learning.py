@@ -205,6 +205,18 @@ def test_a_killed_round_resumes_to_the_same_store_and_a_finished_one_is_not_redo
     assert before == {path: path.stat().st_mtime_ns for path in before}
 
 
+def test_a_run_killed_after_retraining_accounts_for_the_round_without_training_again(run_copy, pick_place_fleet):
+    assert fleet_learn(run_copy, pick_place_fleet, crash_at="fleet-trained").returncode != 0
+    trained = open_checkpoint(run_copy).step
+    rounds = [a["round"] for a in json.loads((run_copy / "fleet" / "accounts.json").read_text())["rounds"]]
+    assert trained == 25 and rounds == [0]  # killed before the round was accounted for
+    resumed = fleet_learn(run_copy, pick_place_fleet)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "training" not in resumed.stdout and open_checkpoint(run_copy).step == trained
+    accounts = json.loads((run_copy / "fleet" / "accounts.json").read_text())["rounds"]
+    assert [account["round"] for account in accounts] == [0, 1] and accounts[1]["episodes"] == 8
+
+
 def test_two_rounds_under_torchrun_train_on_the_seed_and_the_expert_labels(pick_place_fleet, tmp_path):
     run = tmp_path / "run"
     completed = fleet_learn(run, pick_place_fleet, "--rounds", "2", ranks=2)

@@ -48,7 +48,8 @@ from collect.config import CollectConfig
 from collect.manifest import read_manifest
 from dataset import FleetStore
 from dataset.episodes import select_episodes
-from sim.shared import check_choices, check_options, fail, parse_config, repo_relative, write_json_atomic
+from sim.shared import (check_choices, check_options, crash_point, fail, parse_config, repo_relative,
+                        write_json_atomic)
 from train.bc import join_process_group, run_training
 from train.checkpoint import latest_checkpoint, open_checkpoint
 from train.config import TrainConfig
@@ -170,6 +171,7 @@ def run_fleet_learning(config: FleetLearnConfig) -> None:
         until = config.max_steps + round * config.round_steps
         if trained_to(Path(config.out)) < until:  # a finished round is not loaded again
             run_training(schedule, DeploymentLabels(rounds) if rounds else None, until=until)
+            crash_point("fleet-trained")
         if master:
             write_accounts(config, store, rounds)
     if ddp:
