@@ -86,6 +86,10 @@ class FleetLearningConfig:
     deploy_episodes: int = field(default=2, metadata={"help": "episodes per deployed robot each round"})
     eval_robots: int = field(default=50, metadata={"help": "robots evaluated (0..N-1, as the full run)"})
     eval_episodes: int = field(default=10, metadata={"help": "held-out episodes per evaluated robot"})
+    held_out_robots: int = field(default=30, metadata={
+        "help": "also evaluate on robots no seed or round has seen, --fleet-robots on (as docs/scaling.md's held-out "
+                "robots; 0: not)"})
+    held_out_episodes: int = field(default=5, metadata={"help": "episodes per held-out robot"})
     seed: int = field(default=0, metadata={"help": "fleet seed"})
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers"})
     out: str = field(default="", metadata={"help": "data, runs, evaluations and logs (default: runs/NAME)"})
@@ -148,19 +152,32 @@ def accounted_rounds(run: Path) -> list[int]:
     return [a["round"] for a in json.loads(accounts.read_text())["rounds"]] if accounts.exists() else []
 
 
-def evaluate_command(config: FleetLearningConfig, agent: list[str], out: Path) -> list[str]:
-    return [sys.executable, "-m", "eval.cli", *agent, "--robots", str(config.eval_robots),
-            "--episodes", str(config.eval_episodes), "--seed", str(config.seed), "--workers", str(config.workers),
-            "--out", repo_relative(out), "--overwrite", "--quiet"]
+def evaluated(config: FleetLearningConfig, clock: StageClock, name: str, agent: list[str], out: Path,
+              step: int | None = None) -> dict:
+    """The evaluations of ``agent`` (of the checkpoint at ``step``; the expert: None) in ``out``, on the evaluation
+    robots and on the held-out ones (``out_held_out``): kept where finished, else run now."""
+    result = {"step": step}
+    for key, robots, episodes, offset in (("fleet", config.eval_robots, config.eval_episodes, 0),
+                                          ("held_out", config.held_out_robots, config.held_out_episodes,
+                                           config.fleet_robots)):
+        if not robots:
+            continue
+        where = out if key == "fleet" else out.parent / f"{out.name}_held_out"
+        command = [sys.executable, "-m", "eval.cli", *agent, "--robots", str(robots), "--episodes", str(episodes),
+                   "--robot-offset", str(offset), "--seed", str(config.seed), "--workers", str(config.workers),
+                   "--out", repo_relative(where), "--overwrite", "--quiet"]
+        clock.run(f"eval_{name}_{key}", f"evaluate {name}" + (" on held-out robots" if offset else ""), command,
+                  where.parent / f"{where.name}.log", resumes=False,
+                  done=finished_evaluation(where, step, robots * episodes) is not None)
+        info = finished_evaluation(where, step, robots * episodes)
+        figures = {"fleet": info["fleet"], "per_site": info["per_site"]}
+        result.update(figures if key == "fleet" else {"held_out": figures})
+    return result
 
 
-def evaluated(config: FleetLearningConfig, clock: StageClock, name: str, run: Path, out: Path) -> dict:
-    """The evaluation of ``run``'s latest checkpoint in ``out``: kept if finished, else run now."""
-    step, episodes = trained_step(run), config.eval_robots * config.eval_episodes
-    clock.run(f"eval_{name}", f"evaluate {name}", evaluate_command(config, ["--checkpoint", repo_relative(run)], out),
-              out.parent / f"{out.name}.log", resumes=False, done=finished_evaluation(out, step, episodes) is not None)
-    info = finished_evaluation(out, step, episodes)
-    return {"step": step, "fleet": info["fleet"], "per_site": info["per_site"]}
+def checkpoint_evaluated(config: FleetLearningConfig, clock: StageClock, name: str, run: Path, out: Path) -> dict:
+    """``evaluated`` for ``run``'s latest checkpoint."""
+    return evaluated(config, clock, name, ["--checkpoint", repo_relative(run)], out, trained_step(run))
 
 
 def run_gate(config: FleetLearningConfig, gate: str, clock: StageClock, seed_policy: Path) -> list[dict]:
@@ -176,8 +193,8 @@ def run_gate(config: FleetLearningConfig, gate: str, clock: StageClock, seed_pol
         clock.run(f"{gate}_round_{round}", f"{gate}: round {round}", fleet_learn_command(config, gate, run, round),
                   out / f"round_{round}.log", done=round in accounted_rounds(run)
                   and trained_step(run) >= config.seed_steps + round * config.round_steps)
-        evaluations.append({"round": round, **evaluated(config, clock, f"{gate}_round_{round}", run,
-                                                        out / f"eval_round_{round}")})
+        evaluations.append({"round": round, **checkpoint_evaluated(config, clock, f"{gate}_round_{round}", run,
+                                                                   out / f"eval_round_{round}")})
     return evaluations
 
 
@@ -194,18 +211,14 @@ def main(argv: list[str] | None = None) -> dict:
                "--workers", str(config.workers),
                "--out", repo_relative(seed_store), "--quiet"], out / "collect.log",
               done=collected(seed_store, config.seed_robots, config.seed_episodes))
-    episodes = config.eval_robots * config.eval_episodes
-    clock.run("expert", "evaluate the expert",
-              evaluate_command(config, ["--expert", "--task", config.task], out / "eval_expert"),
-              out / "eval_expert.log", resumes=False,
-              done=finished_evaluation(out / "eval_expert", None, episodes) is not None)
-    expert = finished_evaluation(out / "eval_expert", None, episodes)
+    expert = evaluated(config, clock, "the expert", ["--expert", "--task", config.task], out / "eval_expert")
     seed_policy = out / "seed_policy"
     clock.run("seed_policy", "train the seed policy",
               [*torchrun(config, "train/bc.py"), *training_options(config), "--out", repo_relative(seed_policy),
                "--max-steps", str(config.seed_steps)], out / "seed_policy.log", resumes=seed_policy.exists(),
               done=trained_step(seed_policy) == config.seed_steps)
-    seed_evaluation = {"round": 0, **evaluated(config, clock, "seed_policy", seed_policy, out / "eval_seed_policy")}
+    seed_evaluation = {"round": 0, **checkpoint_evaluated(config, clock, "seed_policy", seed_policy,
+                                                          out / "eval_seed_policy")}
     runs = {}
     for gate in config.gates:
         evaluations = [seed_evaluation, *run_gate(config, gate, clock, seed_policy)] if config.run_rounds else \

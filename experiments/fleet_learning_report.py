@@ -55,6 +55,10 @@ def rows(runs: dict, expert: dict) -> list[dict]:
                                        if site in evaluation["per_site"]},
                           "deployment": {key: account.get(key) for key in
                                          ("episodes", "success", "autonomy", "handovers", "labelled", "rohe")}})
+            if "held_out" in evaluation and "held_out" in expert:
+                held_out = evaluation["held_out"]["fleet"]
+                table[-1]["held_out"] = {"success": held_out["pc_success"], "ci95": held_out["ci95"],
+                                         "over_expert": held_out["pc_success"] / expert["held_out"]["fleet"]["pc_success"]}
     return table
 
 
@@ -65,19 +69,25 @@ def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str
              f"{config['fleet_robots']} robots x {config['deploy_episodes']} episodes with {config['operators']} "
              f"operators, {config['help_steps']} expert steps, hand-overs of up to {config['segment_steps']} steps, "
              f"then trains {config['round_steps']} steps. Evaluated on robots 0..{config['eval_robots'] - 1} x "
-             f"{config['eval_episodes']} held-out episodes (the expert: {expert['fleet']['pc_success']:.1f}%).",
+             f"{config['eval_episodes']} held-out episodes (the expert: {expert['fleet']['pc_success']:.1f}%)"
+             + (f", and on held-out robots {config['fleet_robots']}..{config['fleet_robots'] + config['held_out_robots'] - 1}"
+                f" x {config['held_out_episodes']} that no seed or round has seen (the expert: "
+                f"{expert['held_out']['fleet']['pc_success']:.1f}%)" if "held_out" in expert else "") + ".",
              "", "```bash", command, "```", "",
              "| gate | round | steps | expert-labelled frames | success [95%] | over expert | office | warehouse | "
-             "factory | deployment success | autonomy | hand-overs | ROHE |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "factory | held-out robots [95%] | deployment success | autonomy | hand-overs | ROHE |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in table:
         deployment = row["deployment"]
         shown = (f"{deployment['success']:.0%} | {deployment['autonomy']:.0%} | {deployment['handovers']} | "
                  f"{deployment['rohe']:.2f}" if deployment.get("episodes") else "- | - | - | -")
         sites = " | ".join(f"{row['per_site'].get(site, float('nan')):.0f}%" for site in SITES)
+        held_out = row.get("held_out")
+        held_out = f"{held_out['success']:.1f}% [{held_out['ci95'][0]:.0f}, {held_out['ci95'][1]:.0f}]" if held_out \
+            else "-"
         lines.append(f"| {row['gate']} | {row['round']} | {row['step']} | {row['labelled_so_far']} | "
                      f"{row['success']:.1f}% [{row['ci95'][0]:.0f}, {row['ci95'][1]:.0f}] | {row['over_expert']:.2f} | "
-                     f"{sites} | {shown} |")
+                     f"{sites} | {held_out} | {shown} |")
     return "\n".join(lines)
 
 
@@ -96,8 +106,13 @@ def plot(table: list[dict], bc: dict[str, list[dict]], setting: str, path: Path)
                   label=label)
     for gate in dict.fromkeys(row["gate"] for row in table):
         points = [row for row in table if row["gate"] == gate]
-        axes.plot([row["labelled_so_far"] for row in points], [row["over_expert"] for row in points], marker="o",
-                  label=f"fleet learning, gate {gate} (rounds 0-{points[-1]['round']})")
+        line, = axes.plot([row["labelled_so_far"] for row in points], [row["over_expert"] for row in points],
+                          marker="o", label=f"fleet learning, gate {gate}: robots 0-49 (rounds 0-{points[-1]['round']})")
+        held_out = [row for row in points if "held_out" in row]
+        if held_out:
+            axes.plot([row["labelled_so_far"] for row in held_out], [row["held_out"]["over_expert"] for row in held_out],
+                      marker="o", markerfacecolor="none", linestyle="--", color=line.get_color(),
+                      label=f"fleet learning, gate {gate}: held-out robots")
     axes.axhline(0.95, color="grey", linewidth=0.8, linestyle="--")
     axes.set_xscale("log")
     axes.set_xlabel("expert-labelled frames (seed demonstrations included)")

@@ -13,7 +13,8 @@ def test_a_tiny_run_writes_rows_accounts_and_a_plot_and_a_rerun_redoes_nothing(t
     arguments = ["--setting", "state", "--gates", "random", "stall", "--seed-robots", "2", "--seed-episodes", "2",
                  "--hidden", "16", "--batch-size", "8", "--ranks", "1", "--seed-steps", "10", "--rounds", "1",
                  "--round-steps", "5", "--fleet-robots", "3", "--deploy-episodes", "1", "--operators", "1",
-                 "--help-steps", "60", "--eval-robots", "3", "--eval-episodes", "1", "--workers", "1",
+                 "--help-steps", "60", "--eval-robots", "3", "--eval-episodes", "1", "--held-out-robots", "2",
+                 "--held-out-episodes", "1", "--workers", "1",
                  "--out", str(tmp_path / "run"), "--docs", str(docs), "--media", str(tmp_path / "media"),
                  "--results-dir", str(tmp_path)]
     result = fleet_learning.main(arguments)
@@ -28,6 +29,9 @@ def test_a_tiny_run_writes_rows_accounts_and_a_plot_and_a_rerun_redoes_nothing(t
             assert deployment["episodes"] == 3 and 0 < deployment["labelled"] <= 60
             assert row["labelled_so_far"] == seed + deployment["labelled"] and row["step"] == 15
     assert result["rows"][0]["step"] == result["rows"][2]["step"] == 10  # both gates start from one seed policy
+    held_out = json.loads((tmp_path / "run" / "stall" / "eval_round_1_held_out" / "eval_info.json").read_text())
+    assert [robot["robot_id"] for robot in held_out["per_robot"]] == [3, 4]  # past the 3 deployed robots
+    assert all("held_out" in row for row in result["rows"])
     text = docs.read_text()
     assert text.startswith("# Fleet learning\n\nText before the table stays.")
     assert "<!-- fleet_learning_state:start -->" in text and "| stall | 1 | 15 |" in text
