@@ -19,7 +19,8 @@ As a user would run it, each stage a subprocess with its output in a log under `
 3. ``train/bc.py`` the seed policy on them (round 0; visuomotor: the cnn as that scaling point trains it);
 4. per ``--gates`` entry, from a copy of the seed policy, per round r = 1..``--rounds``:
    ``train/fleet_learn.py --stop-after r`` under torchrun (deploy on the ``--fleet-robots``
-   robots, help, retrain; the learning rate carries on at the seed schedule's end, 10% of the peak);
+   robots, help, retrain; the learning rate carries on at the seed schedule's end, 10% of the peak, or
+   restarts each round at ``--round-lr``);
 5. ``evaluate`` of the seed policy and of each round's result on robots 0..``--eval-robots``-1
    x ``--eval-episodes`` held-out seeds, as the full runs evaluate (docs/evaluation.md: the
    visuomotor one's 0.954).
@@ -77,6 +78,9 @@ class FleetLearningConfig:
     rounds: int = field(default=6, metadata={"help": "deployment rounds (the schedule spans them all)"})
     run_rounds: int | None = field(default=None, metadata={"help": "stop after this round now (default: all)"})
     round_steps: int | None = field(default=None, metadata={"help": "training steps after each round"})
+    round_lr: float = field(default=0.0, metadata={
+        "help": "each round restarts the learning rate at this share of the peak (fleet_learn.py --round-lr; 0: it "
+                "carries on at the seed schedule's end, 10% of the peak)"})
     gates: tuple[str, ...] = field(default=(), metadata={
         "help": "gates (fleet_learn.py --gate), one run each from the same seed policy"})
     operators: int = field(default=10, metadata={"help": "robots helped at most at once"})
@@ -128,7 +132,7 @@ def torchrun(config: FleetLearningConfig, script: str) -> list[str]:
 def fleet_learn_command(config: FleetLearningConfig, gate: str, run: Path, stop_after: int) -> list[str]:
     return [*torchrun(config, "train/fleet_learn.py"), *training_options(config), "--out", repo_relative(run),
             "--max-steps", str(config.seed_steps), "--rounds", str(config.rounds), "--stop-after", str(stop_after),
-            "--round-steps", str(config.round_steps), "--gate", gate, "--operators", str(config.operators),
+            "--round-steps", str(config.round_steps), "--round-lr", str(config.round_lr), "--gate", gate, "--operators", str(config.operators),
             "--help-steps", str(config.help_steps), "--segment-steps", str(config.segment_steps),
             "--fleet-robots", str(config.fleet_robots), "--deploy-episodes", str(config.deploy_episodes),
             "--workers", str(config.workers)]

@@ -177,6 +177,15 @@ def test_an_extended_schedule_carries_on_from_where_it_stood_and_ends_at_a_tenth
     assert after[10] > before[59]  # slower than the old schedule would have
 
 
+def test_a_warm_restart_starts_at_its_factor_and_decays_to_a_tenth_by_its_end():
+    from train.schedule import Schedule
+
+    schedule = Schedule(warmup_steps=10, max_steps=100)
+    schedule.restart(100, 150, 0.5)  # fleet_learn.py --round-lr 0.5: a round of 50 steps after a finished run
+    assert schedule(100) == pytest.approx(0.5)
+    assert schedule(150) == pytest.approx(0.1) and schedule(125) == pytest.approx(0.3)
+
+
 def test_adamw_takes_only_trained_weights_and_steps_like_torchs_default_loop():
     """The fused kernel ``adamw`` uses gives the per-tensor loop's weights, to float rounding, over 20 steps."""
     from train.schedule import adamw

@@ -113,15 +113,16 @@ def resume_from(config: TrainConfig, run: Path, spec: PolicySpec, identity: dict
     return checkpoint
 
 
-def run_training(config: TrainConfig, labeller=None, until: int | None = None) -> None:
+def run_training(config: TrainConfig, labeller=None, until: int | None = None, rewarm: float = 0.0) -> None:
     """Train (or carry on training) the policy of ``config`` in ``config.out``: the whole of bc.py.
 
     A ``labeller`` adds data and labels (train/distill.py, train/fleet_learn.py): ``labeller.stores``
     are more fleet stores and ``labeller.episodes()`` the episodes of them to train on;
     ``labeller.window(spec)`` is the window the loader reads for a policy of ``spec``;
     ``labeller(batch)`` turns each batch, on the device, into the policy's inputs and the
-    actions it is to learn. ``until`` stops at that step instead
-    of ``config.max_steps`` (which still shapes the learning-rate schedule).
+    actions it is to learn. ``until`` stops at that step instead of ``config.max_steps`` (which still
+    shapes the learning-rate schedule); ``rewarm`` > 0 restarts a resumed schedule at that share of
+    the peak rate, decaying to 10% at ``until`` (train/fleet_learn.py's rounds).
     """
     # ----- processes and devices ---------------------------------------------------------------
     ddp = "RANK" in os.environ
@@ -264,7 +265,10 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None) -
                    training=training).save(run, keep=config.keep_checkpoints)
 
     extended = ""
-    if schedule.max_steps != config.max_steps:  # a resume with another --max-steps
+    if resumed and rewarm:
+        extended = f" (the learning rate restarts at {lr * rewarm:.3g} and decays to 10% at step {until})"
+        schedule.restart(step, until, rewarm)
+    elif schedule.max_steps != config.max_steps:  # a resume with another --max-steps
         extended = (f" (--max-steps {config.max_steps}, was {schedule.max_steps}: the learning rate carries on from "
                     f"{lr * schedule(step):.3g} and decays to 10% at the new end)")
         schedule.extend(step, config.max_steps)

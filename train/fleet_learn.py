@@ -75,6 +75,9 @@ class FleetLearnConfig(TrainConfig, GateOptions):
     fleet_robots: int = field(default=50, metadata={"help": "robots deployed: 0..N-1 of the seed collection's fleet"})
     deploy_episodes: int = field(default=2, metadata={"help": "episodes per robot each round"})
     round_steps: int = field(default=1000, metadata={"help": "training steps after each round"})
+    round_lr: float = field(default=0.0, metadata={
+        "help": "each round's training restarts the learning rate at this share of --lr and decays it to 10% by "
+                "the round's end (0: the rate carries on along one schedule over all the rounds)"})
     stop_after: int | None = field(default=None, metadata={
         "help": "stop after this round's training (default: after --rounds); the schedule still spans --rounds, "
                 "so a run evaluated round by round learns as one that runs through"})
@@ -87,6 +90,7 @@ class FleetLearnConfig(TrainConfig, GateOptions):
         check_choices(self, {"gate": MODES})
         check_options(self, ("rounds", "stop_after"), lambda value: value is None or value >= 0,
                       "must not be negative")
+        check_options(self, ("round_lr",), lambda value: 0.0 <= value <= 1.0, "must be in [0, 1]")
         check_options(self, ("operators", "help_steps", "segment_steps", "fleet_robots", "deploy_episodes",
                              "round_steps", "workers"), lambda value: value >= 1, "must be at least 1")
 
@@ -170,7 +174,8 @@ def run_fleet_learning(config: FleetLearnConfig) -> None:
             rounds.append(FleetStore.open(round_directory(Path(config.out), round)))
         until = config.max_steps + round * config.round_steps
         if trained_to(Path(config.out)) < until:  # a finished round is not loaded again
-            run_training(schedule, DeploymentLabels(rounds) if rounds else None, until=until)
+            run_training(schedule, DeploymentLabels(rounds) if rounds else None, until=until,
+                         rewarm=config.round_lr if round else 0.0)
             crash_point("fleet-trained")
         if master:
             write_accounts(config, store, rounds)

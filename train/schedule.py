@@ -50,7 +50,11 @@ class Schedule:
 
     def extend(self, step: int, max_steps: int) -> None:
         """End at ``max_steps`` instead, carrying on smoothly from ``step``."""
-        self.anchor, self.max_steps = (step, self(step)), max_steps
+        self.restart(step, max_steps, self(step))
+
+    def restart(self, step: int, max_steps: int, factor: float) -> None:
+        """From ``step``, start again at ``factor`` and decay by cosine to 0.1 at ``max_steps`` (a warm restart)."""
+        self.anchor, self.max_steps = (step, factor), max_steps
 
 
 def scaled_learning_rate(lr: float, rule: str, effective_batch: int, base_batch: int) -> float:
