@@ -140,10 +140,16 @@ class PushExpert(_CubeExpert):
 class PickPlaceExpert(_CubeExpert):
     """Hovers over the cube, squares up, descends, grasps, lifts, carries, places.
 
-    If the cube falls out of the hand, it starts over from the hover.
+    If the cube falls out of the hand, it starts over from the hover. If the fingers already hold
+    the cube when it starts (or while it is still on its way to the hover), as when it takes a robot
+    over from a policy that was carrying it, it lifts and carries on instead of letting go.
     """
 
     GRASP_STEPS = 6
+
+    def _fingers_closed(self) -> bool:
+        """Whether the fingers are closed on something the cube's size (an open gripper is wider)."""
+        return self.gripper_width < 2 * self.half + 0.012
 
     def _carry_height(self) -> float:
         """Height of the cube's centre while it travels: clear of the table."""
@@ -158,6 +164,8 @@ class PickPlaceExpert(_CubeExpert):
         )
         if self.phase in ("lift", "carry") and not cube_in_hand:
             self.phase = "hover"
+        if self.phase in ("start", "hover", "descend") and cube_in_hand and self._fingers_closed():
+            self.phase = "lift"
         if self.phase == "start":
             self.phase = "hover"
 

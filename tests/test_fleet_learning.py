@@ -121,6 +121,29 @@ def test_the_expert_takes_over_from_where_a_policy_left_the_robot(task, trained_
             env.close()
 
 
+@pytest.mark.parametrize("task", ["pick_place", "stack"])
+def test_an_expert_taking_over_a_robot_that_holds_the_cube_carries_it_on(task):
+    """A hand-over mid-carry: the new expert keeps the fingers closed (its labels never say let go) and finishes."""
+    spec = BUILTIN_TASKS[task]
+    for robot in make_fleet(3, 0):
+        env, first = spec.make_env(robot), spec.make_expert(robot)
+        observation, _ = env.reset(seed=2000 + robot.robot_id)
+        first.reset(1)
+        while first.phase != "carry":
+            observation, *_ = env.step(first(observation))
+        second = spec.make_expert(robot)
+        second.reset(2)
+        grips = []
+        for _ in range(env.spec.max_episode_steps):
+            action = second(observation)
+            grips.append(action[-1])
+            observation, _, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                break
+        assert min(grips[:10]) > 0 and info["is_success"], f"{task}: robot {robot.robot_id}"
+        env.close()
+
+
 def deployment(trained_run, out, mode="stall", help_steps=120, robots=4, episodes=2, operators=2, **gate):
     config = CollectConfig(robots=robots, episodes=episodes, task="pick_place", out=str(out), seed=0,
                            keep_failures=True, workers=2, quiet=True)
