@@ -45,7 +45,7 @@ from dataset.episodes import select_episodes
 from experiments.fleet_learning_report import publish
 from experiments.full_run import StageClock, finished_evaluation, trained_step
 from sim.shared import check_choices, check_options, parse_config, repo_relative
-from train.checkpoint import Checkpoint, latest_checkpoint
+from train.checkpoint import Checkpoint, latest_checkpoint, open_checkpoint
 from train.fleet.accounting import seed_frames
 
 
@@ -179,9 +179,18 @@ def evaluated(config: FleetLearningConfig, clock: StageClock, name: str, agent: 
     return result
 
 
-def checkpoint_evaluated(config: FleetLearningConfig, clock: StageClock, name: str, run: Path, out: Path) -> dict:
-    """``evaluated`` for ``run``'s latest checkpoint."""
-    return evaluated(config, clock, name, ["--checkpoint", repo_relative(run)], out, trained_step(run))
+def checkpoint_evaluated(config: FleetLearningConfig, clock: StageClock, name: str, checkpoint: Path, out: Path
+                         ) -> dict:
+    """``evaluated`` for ``checkpoint`` (a run: its latest)."""
+    step = open_checkpoint(checkpoint, quiet=True).step
+    return evaluated(config, clock, name, ["--checkpoint", repo_relative(checkpoint)], out, step)
+
+
+def round_checkpoint(run: Path, round: int) -> Path:
+    """The checkpoint ``run`` reached at the end of round ``round``: the copy that drove the next round, or,
+    for the last round so far, the run's latest."""
+    driven = run / "fleet" / f"round_{round + 1}_policy"
+    return driven if driven.exists() else run
 
 
 def run_gate(config: FleetLearningConfig, gate: str, clock: StageClock, seed_policy: Path) -> list[dict]:
@@ -197,7 +206,8 @@ def run_gate(config: FleetLearningConfig, gate: str, clock: StageClock, seed_pol
         clock.run(f"{gate}_round_{round}", f"{gate}: round {round}", fleet_learn_command(config, gate, run, round),
                   out / f"round_{round}.log", done=round in accounted_rounds(run)
                   and trained_step(run) >= config.seed_steps + round * config.round_steps)
-        evaluations.append({"round": round, **checkpoint_evaluated(config, clock, f"{gate}_round_{round}", run,
+        evaluations.append({"round": round, **checkpoint_evaluated(config, clock, f"{gate}_round_{round}",
+                                                                   round_checkpoint(run, round),
                                                                    out / f"eval_round_{round}")})
     return evaluations
 
