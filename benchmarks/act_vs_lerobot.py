@@ -68,17 +68,27 @@ def ours_command(store: Path, out: Path, steps: int, batch_size: int, *options: 
             "--log-interval", str(LOG_INTERVAL), "--val-fraction", "0", *options]
 
 
+LEROBOT_TRAIN = [sys.executable, "-m", "lerobot.scripts.lerobot_train"]  # lerobot-train, from this interpreter
+
+
 def lerobot_command(root: Path, out: Path, steps: int, batch_size: int, workers: int, *options: str) -> list[str]:
     """``lerobot-train --policy.type=act`` on the export at ``root``, at the same sizes, chunk and device as ours."""
     sizes = [f"--policy.{name}={value}" for name, value in SMALL["act"].items()]
     device = "cuda" if torch.cuda.is_available() else "cpu"  # what bc.py picks
-    return [sys.executable, "-m", "lerobot.scripts.lerobot_train",  # lerobot-train
+    return [*LEROBOT_TRAIN,
             "--dataset.repo_id=robofleet/bench", f"--dataset.root={root}", "--policy.type=act",
             "--policy.push_to_hub=false", f"--policy.device={device}",
             "--policy.pretrained_backbone_weights=null", *sizes, f"--policy.chunk_size={HORIZON}",
             f"--policy.n_action_steps={N_ACTION_STEPS}", f"--batch_size={batch_size}", f"--steps={steps}",
             f"--log_freq={LOG_INTERVAL}", f"--num_workers={workers}", "--eval_freq=0", "--wandb.enable=false",
             f"--output_dir={out}", *options]
+
+
+def lerobot_shell(command: list[str]) -> str:
+    """``command`` (a ``lerobot_command``) as a user types it: ``lerobot-train ...``, offline."""
+    if command[:len(LEROBOT_TRAIN)] != LEROBOT_TRAIN:
+        raise ValueError(f"not a lerobot-train command: {' '.join(command[:3])}")
+    return "HF_HUB_OFFLINE=1 " + " ".join(["lerobot-train", *command[len(LEROBOT_TRAIN):]])
 
 
 def lerobot_env(work: Path) -> dict:

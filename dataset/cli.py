@@ -7,7 +7,7 @@
     dataset stats data/fleet                     normalisation statistics (cached in stats.json)
     dataset export-lerobot data/fleet data/lerobot_fleet
                                                  a robot's observations (--inputs state+cameras adds the
-                                                 simulator's privileged state)
+                                                 simulator's privileged state; --features lists them by name)
     dataset import-lerobot data/lerobot_fleet data/imported
 """
 
@@ -73,10 +73,16 @@ class ExportConfig:
     inputs: str | None = field(default=None, metadata={
         "help": f"the observations to write, as bc.py's --inputs: {', '.join(INPUTS)} "
                 "(default: proprio+cameras for a store with cameras, else state)"})
+    features: tuple[str, ...] = field(default=(), metadata={
+        "help": "the observations to write, by name, instead of --inputs (e.g. observation.state "
+                "observation.images.front)"})
 
     def __post_init__(self):
         check_output_directory(self.root, "ROOT")
         check_choices(self, {"inputs": (None, *INPUTS)})
+        self.features = tuple(self.features)
+        if self.inputs and self.features:
+            raise ValueError("--inputs and --features are alternatives: give one of them")
 
 
 @dataclass
@@ -212,12 +218,14 @@ def export_lerobot(config: ExportConfig) -> None:
     from dataset.lerobot_io import default_inputs, export_lerobot as export  # lerobot is slow to import
 
     store = _open(config.store)
-    inputs = config.inputs or default_inputs(store.features)
     try:
-        root = export(store, Path(config.root), repo_id=config.repo_id, use_videos=config.videos, inputs=inputs)
+        root = export(store, Path(config.root), repo_id=config.repo_id, use_videos=config.videos,
+                      inputs=config.inputs, features=list(config.features))
     except ValueError as error:
         fail(str(error))
-    print(f"wrote LeRobotDataset {root} (observations: --inputs {inputs})")
+    chosen = (f"--features {' '.join(config.features)}" if config.features
+              else f"--inputs {config.inputs or default_inputs(store.features)}")
+    print(f"wrote LeRobotDataset {root} (observations: {chosen})")
 
 
 def import_lerobot(config: ImportConfig) -> None:

@@ -3,7 +3,8 @@
 ``state`` is ``observation.state`` plus the simulator's privileged ``observation.environment_state``
 (object poses and the goal); ``proprio+cameras`` is what a real robot has, its own
 ``observation.state`` and every camera; ``cameras`` is the images alone; ``state+cameras`` is
-everything, a privileged upper bound for the image policies.
+everything, a privileged upper bound for the image policies. ``select_features`` checks an
+explicit list of observation names instead (the LeRobot export's ``--features``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,26 @@ def is_image(name: str) -> bool:
 def camera_names(features: dict[str, dict]) -> list[str]:
     """The camera features of a store's (or a LeRobotDataset's) ``features``."""
     return [name for name, feature in features.items() if is_image(name) and feature["dtype"] in ("image", "video")]
+
+
+def observation_names(features: dict[str, dict]) -> list[str]:
+    """The observations a policy can read among a store's ``features``: the state vectors it has, then cameras."""
+    return [name for name in STATE_FEATURES if name in features] + camera_names(features)
+
+
+def select_features(names: list[str] | tuple[str, ...], features: dict[str, dict]) -> list[str]:
+    """The observations ``names`` lists (each once, in its order), checked against a store's ``features``.
+
+    Raises ValueError for an empty list or a name that is not one of the store's observations.
+    """
+    available = observation_names(features)
+    if not names:
+        raise ValueError(f"--features needs at least one observation; the store has {', '.join(available)}")
+    unknown = [name for name in names if name not in available]
+    if unknown:
+        raise ValueError(f"unknown feature {unknown[0]!r} for --features; the store's observations are "
+                         f"{', '.join(available)}")
+    return list(dict.fromkeys(names))
 
 
 def select_inputs(inputs: str, features: dict[str, dict]) -> list[str]:

@@ -2,8 +2,9 @@
 
 ``export_lerobot`` writes every committed episode with ``LeRobotDataset.create`` /
 ``add_frame`` / ``save_episode`` / ``finalize``. Of the observations it writes only what a
-policy should read (``inputs``, as bc.py's ``--inputs``; by default ``proprio+cameras`` for a
-store with cameras, else ``state``): lerobot-train feeds a policy every feature it finds, so
+policy should read (``inputs``, as bc.py's ``--inputs``, by default ``proprio+cameras`` for a
+store with cameras, else ``state``; or an explicit list, ``features``): lerobot-train feeds a
+policy every feature it finds, so
 the simulator's privileged ``observation.environment_state`` goes in only on request. Actions
 and the ``next.*`` features always go. Each frame also carries two int64 (1,)
 features, ``robot_id`` and ``site_id`` (an index into ``SITES``, -1 for an unknown
@@ -11,7 +12,8 @@ site), and the task name as its LeRobot task string. Images stay ``image`` featu
 (PNG inside the parquet files: lossless) unless ``use_videos`` makes them ``video``
 (AV1 mp4: lossy). Bool features such as ``next.success`` are stored as bool, which
 lerobot accepts. Beside lerobot's files, ``meta/robofleet.json`` (the sidecar, written
-last) keeps what LeRobot has no place for: the store manifest, the inputs exported, the
+last) keeps what LeRobot has no place for: the store manifest, the inputs exported (the ``--inputs`` choice, or the ``features`` listed
+joined by ``+``), the
 exported features as stored in zarr, each shard's attrs (profile included) and each
 episode's attempt index, seed and success. An export without some observation imports as a
 store without it.
@@ -42,7 +44,7 @@ from lerobot.datasets.video_utils import decode_video_frames
 from collect.manifest import write_store_manifest
 from collect.shard import EpisodeRecord, ShardWriter, storage_dtype, store_name
 from dataset.fleet_store import FleetStore
-from dataset.inputs import STATE_FEATURES, camera_names, select_inputs
+from dataset.inputs import camera_names, observation_names, select_features, select_inputs
 from sim.fleet import SITES
 from sim.shared import code_version, progress_bar, write_json_atomic
 
@@ -55,21 +57,22 @@ FLUSH_FRAMES = 2048  # frames an import buffers before committing (collect's def
 
 
 def export_lerobot(store: FleetStore, root: Path, repo_id: str | None = None, use_videos: bool = False,
-                   progress: bool = True, inputs: str | None = None) -> Path:
+                   progress: bool = True, inputs: str | None = None, features: list[str] | None = None) -> Path:
     """Write every committed episode of ``store`` into a new LeRobotDataset v3.0 at ``root``.
 
     ``inputs`` (a key of ``dataset.inputs.INPUTS``) picks the observations written, by default
-    ``default_inputs(store.features)``. ``repo_id`` defaults to ``robofleet/<store directory
-    name>``; nothing is pushed to the hub. Returns ``root``. Refuses (ValueError) an existing
-    ``root``, an empty store, or inputs the store cannot feed.
+    ``default_inputs(store.features)``; ``features`` lists them instead, by name. ``repo_id``
+    defaults to ``robofleet/<store directory name>``; nothing is pushed to the hub. Returns
+    ``root``. Refuses (ValueError) an existing ``root``, an empty store, both ``inputs`` and
+    ``features``, inputs the store cannot feed, or a feature that is not one of its observations.
     """
     root = Path(root)
     if root.exists():
         raise ValueError(f"{root} already exists; export_lerobot writes a new LeRobotDataset")
     if store.num_episodes == 0:
         raise ValueError(f"{store.path} holds no committed episodes; nothing to export")
-    inputs = inputs or default_inputs(store.features)
-    stored = exported_features(store.features, inputs)
+    inputs, observations = exported_observations(store.features, inputs, features)
+    stored = exported_features(store.features, observations)
     manifest = store.manifest or {}
     task = manifest.get("task", {}).get("name") or _shard_attr(store, "task")
     fps = int(manifest.get("fps") or _shard_attr(store, "fps"))
@@ -120,12 +123,25 @@ def default_inputs(features: dict[str, dict]) -> str:
     return "proprio+cameras" if camera_names(features) else "state"
 
 
-def exported_features(features: dict[str, dict], inputs: str) -> dict[str, dict]:
-    """The store's ``features`` an export with ``inputs`` writes: the observations ``inputs`` takes
-    and every feature that is not an observation a policy reads (action, ``next.*``)."""
-    observations = set(STATE_FEATURES) | set(camera_names(features))
-    selected = set(select_inputs(inputs, features))
-    return {name: feature for name, feature in features.items() if name not in observations or name in selected}
+def exported_observations(features: dict[str, dict], inputs: str | None = None,
+                          names: list[str] | None = None) -> tuple[str, list[str]]:
+    """What an export of a store with ``features`` records as its inputs, and the observations it writes:
+    ``inputs`` (by default ``default_inputs``) or the observations ``names`` lists (recorded joined by
+    ``+``). Raises ValueError for both, or for inputs or names the store cannot feed."""
+    if inputs and names:
+        raise ValueError("--inputs and --features are alternatives: give one of them")
+    if names:
+        selected = select_features(names, features)
+        return "+".join(selected), selected
+    inputs = inputs or default_inputs(features)
+    return inputs, select_inputs(inputs, features)
+
+
+def exported_features(features: dict[str, dict], observations: list[str]) -> dict[str, dict]:
+    """The store's ``features`` an export writes: the ``observations`` chosen and every feature that is
+    not an observation a policy reads (action, ``next.*``)."""
+    left_out = set(observation_names(features)) - set(observations)
+    return {name: feature for name, feature in features.items() if name not in left_out}
 
 
 def remove_empty_folders(directory: Path) -> None:

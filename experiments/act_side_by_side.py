@@ -1,8 +1,10 @@
 """ACT trained two ways on the same fleet, evaluated on the same robots and held-out seeds.
 
     .venv/bin/python -m experiments.act_side_by_side        # push, 50 robots x 40 demos, 5000 steps
+    .venv/bin/python -m experiments.act_side_by_side --task pick_place --cameras front wrist ...  # visuomotor
 
-1. ``collect --task push`` (state only) and ``dataset export-lerobot`` of it;
+1. ``collect --task push`` (state only; with ``--cameras``, those cameras at ``--image-size``) and
+   ``dataset export-lerobot`` of it (its default: ``observation.state`` and every camera);
 2. **ours**: ``python train/bc.py --policy act`` on the fleet store, one process;
 3. **lerobot-train**: ``lerobot-train --policy.type=act`` on the export, offline, with
    ``--num_workers 2``;
@@ -10,13 +12,17 @@
    on the same robots and held-out seeds.
 
 Both train LeRobot's ``ACTPolicy`` at the same sizes (``train/policies/lerobot_policies.SMALL``),
-chunk (16, 8 executed), batch, steps and peak learning rate. Each keeps its own schedule:
-ours warms up and decays along a cosine, lerobot-train's ACT preset holds the rate
-constant. Training time is the wall-clock of the training command, start-up included.
-Goal: ours at least as successful as lerobot-train's, and faster.
+chunk (16, 8 executed), batch, steps and peak learning rate (lerobot-train's backbone too:
+neither starts from pretrained weights). Each keeps its own schedule: ours warms up and
+decays along a cosine, lerobot-train's ACT preset holds the rate constant. With cameras,
+both read what a real robot has (``proprio+cameras``). ``--threads N`` gives each trainer N
+torch threads (bc.py ``--threads``, lerobot-train ``OMP_NUM_THREADS``). Training time is the
+wall-clock of the training command, start-up included. Goal: ours at least as successful as
+lerobot-train's, and faster.
 
 Every stage resumes or is skipped when done. The table goes into ``--docs`` and
-``--results-dir/act_side_by_side.json``, with the command that reproduces it.
+``--results-dir/act_side_by_side.json`` (``act_side_by_side_visuomotor`` with cameras), with the
+command that reproduces it and the lerobot-train command it ran.
 """
 
 from __future__ import annotations
@@ -28,12 +34,12 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks.act_vs_lerobot import lerobot_command, lerobot_env, ours_command
+from benchmarks.act_vs_lerobot import lerobot_command, lerobot_env, lerobot_shell, ours_command
 from benchmarks.common import machine_facts, write_results
 from experiments.common import write_section
 from experiments.full_run import StageClock, evaluate_command, finished_evaluation, percent, seeds_of, trained_step
 from sim.fleet import SITES
-from sim.shared import check_options, parse_config
+from sim.shared import check_options, parse_config, repo_relative
 
 NAME = "act_side_by_side"
 
@@ -47,6 +53,10 @@ class SideBySideConfig:
     batch_size: int = field(default=64, metadata={"help": "windows per step of both trainers"})
     lr: float = field(default=3e-4, metadata={"help": "peak learning rate of both trainers"})
     lerobot_workers: int = field(default=2, metadata={"help": "lerobot-train --num_workers"})
+    cameras: tuple[str, ...] = field(default=(), metadata={
+        "help": "cameras collected, e.g. front wrist: both trainers read proprio+cameras (default: state only)"})
+    image_size: int = field(default=64, metadata={"help": "camera image height and width (with --cameras)"})
+    threads: int = field(default=0, metadata={"help": "torch threads of each trainer (0: each trainer's default)"})
     eval_robots: int = field(default=50, metadata={"help": "robots evaluated (the training fleet's first N)"})
     eval_episodes: int = field(default=10, metadata={"help": "held-out episodes per evaluated robot"})
     seed: int = field(default=0, metadata={"help": "fleet seed"})
@@ -57,7 +67,18 @@ class SideBySideConfig:
 
     def __post_init__(self):
         check_options(self, ("robots", "episodes", "steps", "batch_size", "lerobot_workers", "eval_robots",
-                             "eval_episodes", "workers"), lambda value: value >= 1, "must be at least 1")
+                             "eval_episodes", "workers", "image_size"), lambda value: value >= 1, "must be at least 1")
+        check_options(self, ("threads",), lambda value: value >= 0, "must not be negative")
+        self.cameras = tuple(self.cameras)
+
+    @property
+    def name(self) -> str:
+        """The results' and the docs section's name: ``act_side_by_side``, ``_visuomotor`` with cameras."""
+        return NAME + ("_visuomotor" if self.cameras else "")
+
+    def collect_options(self) -> list[str]:
+        """collect's camera options (none for a state-only run)."""
+        return ["--cameras", *self.cameras, "--image-size", str(self.image_size)] if self.cameras else []
 
 
 def lerobot_step(output_dir: Path) -> int | None:
@@ -73,11 +94,14 @@ def row(name: str, info: dict, seconds: float | None, steps: int) -> dict:
             "per_site": {site: info["per_site"][site]["pc_success"] for site in SITES if site in info["per_site"]}}
 
 
-def table(rows: list[dict], facts: dict, command: str, config: SideBySideConfig) -> str:
+def table(rows: list[dict], facts: dict, command: str, config: SideBySideConfig, lerobot_train: str) -> str:
+    inputs = (f"proprio + {' + '.join(config.cameras)} cameras at {config.image_size} px" if config.cameras
+              else "state")
     lines = [f"Measured {facts['date']} on {facts['cores']} cores ({facts['device']}), code {facts['code_version']}: "
-             f"{config.task}, {config.robots} robots x {config.episodes} demos, ACT (small) for {config.steps} steps "
-             f"at batch {config.batch_size}, peak lr {config.lr:g}; {config.eval_robots} robots x "
-             f"{config.eval_episodes} held-out episodes, all on the same seeds.", "", "```bash", command, "```", "",
+             f"{config.task} from {inputs}, {config.robots} robots x {config.episodes} demos, ACT (small) for "
+             f"{config.steps} steps at batch {config.batch_size}, peak lr {config.lr:g}; {config.eval_robots} robots x "
+             f"{config.eval_episodes} held-out episodes, all on the same seeds. The experiment, and the lerobot-train "
+             "command it ran:", "", "```bash", command, lerobot_train, "```", "",
              "| trainer | training wall-clock | steps/s (wall-clock) | success | " + " | ".join(SITES) + " |",
              "|---|---|---|---|" + "---|" * len(SITES)]
     for r in rows:
@@ -88,6 +112,42 @@ def table(rows: list[dict], facts: dict, command: str, config: SideBySideConfig)
     return "\n".join(lines)
 
 
+def collect_and_export(config: SideBySideConfig, clock: StageClock, data: Path, export: Path, out: Path) -> None:
+    """Collect the fleet into ``data`` and export it to ``export`` (each skipped when done)."""
+    clock.run("collect", "collect", [sys.executable, "-m", "collect.cli", "--task", config.task, "--robots",
+                                     str(config.robots), "--episodes", str(config.episodes), "--seed", str(config.seed),
+                                     *config.collect_options(), "--workers", str(config.workers), "--out", str(data),
+                                     "--quiet"],
+              out / "collect.log")
+    if not (export / "meta" / "robofleet.json").exists():  # the sidecar is written last
+        shutil.rmtree(export, ignore_errors=True)
+        clock.run("export", "export", [sys.executable, "-m", "dataset.cli", "export-lerobot", str(data), str(export)],
+                  out / "export.log")
+
+
+def lerobot_train_command(config: SideBySideConfig, export: Path, output_dir: Path) -> list[str]:
+    """lerobot-train's command: ``lerobot_command`` at the config's sizes, one peak rate for the whole model."""
+    return lerobot_command(export, output_dir, config.steps, config.batch_size, config.lerobot_workers,
+                           f"--policy.optimizer_lr={config.lr}", f"--policy.optimizer_lr_backbone={config.lr}",
+                           f"--save_freq={config.steps}", f"--seed={config.seed}")
+
+
+def train_both(config: SideBySideConfig, clock: StageClock, data: Path, export: Path, out: Path) -> None:
+    """Train ours into ``out/ours`` and lerobot-train into ``out/lerobot`` (each skipped when done)."""
+    ours, lerobot = out / "ours", out / "lerobot"
+    threads = ["--threads", str(config.threads)] if config.threads else []
+    if trained_step(ours) != config.steps:
+        clock.run("ours train", "ours train", ours_command(data, ours, config.steps, config.batch_size, "--lr",
+                                                           str(config.lr), "--seed", str(config.seed), *threads),
+                  out / "ours.train.log")
+    if lerobot_step(lerobot) != config.steps:
+        shutil.rmtree(lerobot, ignore_errors=True)  # lerobot-train refuses an existing output_dir
+        clock.seconds.pop("lerobot train", None)
+        env = lerobot_env(out) | ({"OMP_NUM_THREADS": str(config.threads)} if config.threads else {})
+        clock.run("lerobot train", "lerobot-train", lerobot_train_command(config, export, lerobot),
+                  out / "lerobot.train.log", env)
+
+
 def main(argv: list[str] | None = None) -> dict:
     config = parse_config(SideBySideConfig, __doc__, argv)
     command = f"python -m experiments.{NAME}" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
@@ -95,31 +155,12 @@ def main(argv: list[str] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     clock = StageClock(out / "seconds.json")
     data, export = out / "data", out / "lerobot_data"
-    clock.run("collect", "collect", [sys.executable, "-m", "collect.cli", "--task", config.task, "--robots",
-                                     str(config.robots), "--episodes", str(config.episodes), "--seed", str(config.seed),
-                                     "--workers", str(config.workers), "--out", str(data), "--quiet"],
-              out / "collect.log")
-    if not (export / "meta" / "robofleet.json").exists():  # the sidecar is written last
-        shutil.rmtree(export, ignore_errors=True)
-        clock.run("export", "export", [sys.executable, "-m", "dataset.cli", "export-lerobot", str(data), str(export)],
-                  out / "export.log")
-
-    ours, lerobot = out / "ours", out / "lerobot"
-    if trained_step(ours) != config.steps:
-        clock.run("ours train", "ours train", ours_command(data, ours, config.steps, config.batch_size, "--lr",
-                                                           str(config.lr), "--seed", str(config.seed)),
-                  out / "ours.train.log")
-    if lerobot_step(lerobot) != config.steps:
-        shutil.rmtree(lerobot, ignore_errors=True)  # lerobot-train refuses an existing output_dir
-        clock.seconds.pop("lerobot train", None)
-        lerobot_options = [f"--policy.optimizer_lr={config.lr}", f"--save_freq={config.steps}", f"--seed={config.seed}"]
-        clock.run("lerobot train", "lerobot-train", lerobot_command(export, lerobot, config.steps, config.batch_size,
-                                                                    config.lerobot_workers, *lerobot_options),
-                  out / "lerobot.train.log", lerobot_env(out))
+    collect_and_export(config, clock, data, export, out)
+    train_both(config, clock, data, export, out)
 
     episodes = config.eval_robots * config.eval_episodes
-    agents = {"expert": ["--expert"], "ours": ["--checkpoint", str(ours)],
-              "lerobot-train": ["--checkpoint", str(lerobot / "checkpoints" / "last" / "pretrained_model")]}
+    agents = {"expert": ["--expert"], "ours": ["--checkpoint", str(out / "ours")],
+              "lerobot-train": ["--checkpoint", str(out / "lerobot" / "checkpoints" / "last" / "pretrained_model")]}
     infos = {}
     for name, agent in agents.items():
         evaluation = out / f"eval_{name}"
@@ -138,12 +179,16 @@ def main(argv: list[str] | None = None) -> dict:
     goals = {"as_successful": ours_row["success"]["pc_success"] >= theirs_row["success"]["pc_success"],
              "faster": ours_row["train_seconds"] < theirs_row["train_seconds"]}
     facts = machine_facts()
-    result = {"experiment": NAME, "machine": facts, "config": asdict(config), "command": command, "rows": rows,
+    shown = lerobot_shell(lerobot_train_command(config, Path(repo_relative(export)),
+                                                Path(repo_relative(out / "lerobot"))))
+    result = {"experiment": config.name, "machine": facts, "config": asdict(config), "command": command,
+              "lerobot_command": shown, "rows": rows,
               "speedup": round(theirs_row["train_seconds"] / ours_row["train_seconds"], 2), "goals": goals}
-    write_results(NAME, result, Path(config.results_dir))
-    write_section(Path(config.docs), NAME, "## ACT two ways: train/bc.py and lerobot-train, side by side",
-                  table(rows, facts, command, config))
-    print(table(rows, facts, command, config))
+    write_results(config.name, result, Path(config.results_dir))
+    heading = "## ACT two ways: train/bc.py and lerobot-train, side by side" + (
+        " (visuomotor)" if config.cameras else "")
+    write_section(Path(config.docs), config.name, heading, table(rows, facts, command, config, shown))
+    print(table(rows, facts, command, config, shown))
     return result
 
 

@@ -5,8 +5,11 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from collect_helpers import REPO, subprocess_env
 from dataset import FleetStore
+from dataset.cli import main as dataset_main
 from sim.fleet import make_robot
 
 
@@ -89,6 +92,32 @@ def test_export_writes_a_robots_observations_and_the_privileged_state_only_on_re
     assert completed.returncode == 2 and completed.stderr.strip().count("\n") == 0
     assert "--inputs must be one of state, proprio+cameras, cameras, state+cameras" in completed.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_export_features_lists_the_observations_by_name(camera_fleet, tmp_path, capsys):
+    """--features: an explicit list instead of --inputs, recorded as the inputs; a feature the store lacks, an
+    observation the store has not got, or both options are one line, exit 2, nothing written."""
+    root = tmp_path / "front_only"
+    completed = dataset_command("export-lerobot", camera_fleet, root, "--features", "observation.images.front",
+                                "observation.state")
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.strip().endswith("(observations: --features observation.images.front observation.state)")
+    sidecar = json.loads((root / "meta" / "robofleet.json").read_text())
+    assert sidecar["inputs"] == "observation.images.front+observation.state"
+    features = set(json.loads((root / "meta" / "info.json").read_text())["features"])
+    assert {"observation.state", "observation.images.front", "action", "next.success"} <= features
+    assert "observation.environment_state" not in features
+    for options, message in ((["--features", "observation.images.top"],
+                              "unknown feature 'observation.images.top' for --features; the store's observations are "
+                              "observation.state, observation.environment_state, observation.images.front"),
+                             (["--features", "action"], "unknown feature 'action'"),
+                             (["--inputs", "state", "--features", "observation.state"],
+                              "--inputs and --features are alternatives: give one of them")):
+        with pytest.raises(SystemExit) as exited:  # in-process: the command line ran above
+            dataset_main(["export-lerobot", str(camera_fleet), str(tmp_path / "bad"), *options])
+        error = capsys.readouterr().err
+        assert exited.value.code == 2 and message in error and error.strip().count("\n") == 0, error
+        assert not (tmp_path / "bad").exists()
 
 
 def test_bad_input_is_one_line_and_exit_two(pick_place_fleet, tmp_path):
