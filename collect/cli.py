@@ -12,7 +12,8 @@ import sys
 
 from collect.config import CollectConfig
 from collect.engine import run_collection
-from sim.shared import fail, parse_config
+from core.errors import fail
+from core.options import parse_config
 
 INTERRUPTED_EXIT = 130
 

@@ -1,6 +1,6 @@
 """OUT/manifest.json and the checks made before anything is written to OUT.
 
-The manifest is rewritten atomically (``sim.shared.write_json_atomic``: temp file +
+The manifest is rewritten atomically (``core.files.write_json_atomic``: temp file +
 ``os.replace``) at the start and at the end of every run, so it always parses. Its
 per-robot counts are the stores' committed episodes (read from disk, or reported by the
 task that just closed the store), never what a run meant to do. The one exception: a robot
@@ -20,8 +20,9 @@ from typing import Iterable
 from collect.config import CollectConfig
 from collect.shard import SCHEMA_VERSION, read_progress, store_name
 from collect.worker import RobotReport
+from core.errors import check_output_directory
+from core.files import code_version, write_json_atomic
 from sim.fleet import RobotProfile
-from sim.shared import check_output_directory, code_version, write_json_atomic
 from sim.tasks import TaskSpec
 
 MANIFEST = "manifest.json"

@@ -15,9 +15,9 @@ import numpy as np
 
 from collect.schema import features_of
 from collect.shard import EpisodeRecord, ShardWriter, storage_dtype
+from core.errors import crash_point
 from sim.fleet import RobotProfile, episode_seed
 from sim.rollout import run_episode
-from sim.shared import crash_point
 from sim.tasks import resolve_task
 
 PROGRESS_TOPIC = "robofleet.collect.progress"

@@ -23,11 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from collect.shard import store_bytes
+from core.errors import check_output_directory, fail, warn
+from core.options import check_choices, parse_subcommand
 from dataset.chunks import DataError, read_rows
 from dataset.fleet_store import FleetStore
 from dataset.inputs import INPUTS
 from dataset.stats import fleet_stats
-from sim.shared import check_choices, check_output_directory, fail, parse_subcommand, warn
 
 CORRUPT_EXIT = 1
 

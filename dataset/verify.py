@@ -36,9 +36,10 @@ from zarr.core.sync import sync  # runs a coroutine on zarr's own IO event loop
 
 from collect.manifest import MANIFEST, REPAIR_DIR
 from collect.shard import META_FIELDS, SCHEMA_VERSION, committed_count, run_concurrently, storage_dtype, store_name
+from core.errors import one_line
+from core.progress import progress_bar
 from dataset.chunks import chunk_rows, decode_failure, has_checksums, list_keys, may_be_absent, rows_label
 from sim.fleet import RobotProfile
-from sim.shared import one_line, progress_bar
 from sim.tasks import resolve_task
 
 if TYPE_CHECKING:

@@ -64,13 +64,14 @@ from pathlib import Path
 
 import numpy as np
 
+from core.files import REPO
+from core.options import check_options, parse_config
 from dataset.episodes import select_episodes
 from dataset.fleet_store import FleetStore
 from eval.report import wilson_interval
 from experiments.full_run import StageClock, evaluate_command, finished_evaluation, percent, seeds_of, trained_step
 from experiments.scaling_report import publish
 from sim.fleet import SITES
-from sim.shared import REPO, check_options, parse_config
 
 SETTINGS = {  # the defaults of each --setting
     "state": {"tasks": ("pick_place", "push"), "robots": (1, 3, 9, 27, 81), "episodes": (2, 5, 10, 20, 40),

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from benchmarks.common import machine_facts, write_results
+from core.files import repo_relative
 from experiments.common import write_section
 from experiments.full_run import percent
 from sim.fleet import SITES
-from sim.shared import repo_relative
 
 if TYPE_CHECKING:
     from experiments.scaling import ScalingConfig

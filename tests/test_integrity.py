@@ -12,9 +12,9 @@ import shutil
 import pytest
 
 from collect.cli import main as collect_main
+from core.files import REPO
 from dataset.cli import main as dataset_main
 from eval.cli import main as evaluate_main
-from sim.shared import REPO
 from train.bc import main as bc_main
 from train.checkpoint import checkpoint_dir, open_checkpoint
 from train.distill import main as distill_main

@@ -2,7 +2,7 @@
 
 The crash tests damage two of three robots in a copy of a small collection and run repair as
 users do, in a subprocess that SIGKILLs its own process group at one step (``ROBOFLEET_CRASH_AT``,
-see ``sim.shared.crash_point``). Until a rerun finishes the repair, the manifest keeps every robot,
+see ``core.errors.crash_point``). Until a rerun finishes the repair, the manifest keeps every robot,
 ``dataset verify`` reports the robots under repair, ``dataset info`` shows them and training
 refuses the store; the rerun's store then equals the undamaged original, file for file.
 """
@@ -22,7 +22,7 @@ from dataset.cli import main as dataset_main
 from dataset.repair import ASIDE
 from eval.cli import main as evaluate_main
 from fault_helpers import assert_one_line, exit_code_of, flip_byte
-from sim.shared import CRASH_AT
+from core.errors import CRASH_AT
 from train.bc import main as bc_main
 from train.checkpoint import open_checkpoint
 from train_helpers import QUICK

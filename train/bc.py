@@ -37,12 +37,14 @@ import torch  # noqa: E402
 import torch.distributed as dist
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
+from core.errors import fail, warn
+from core.files import code_version, repo_relative, write_json_atomic
+from core.options import parse_config
 from dataset.chunks import DataError, data_error_line
 from dataset.episodes import select_episodes, split_episodes
 from dataset.loader import make_dataloader
 from dataset.stats import fleet_stats
 from dataset.windows import FleetWindowDataset, WindowSpec
-from sim.shared import code_version, fail, parse_config, repo_relative, warn, write_json_atomic
 from train.checkpoint import Checkpoint, latest_checkpoint, newest_intact_checkpoint, restore_rng_state, rng_state
 from train.comm.comm_hooks import UnlabelledDistributedDataParallel, register_comm_hook
 from train.config import TrainConfig

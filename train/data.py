@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collect.manifest import MANIFEST
 from collect.shard import store_name
+from core.errors import fail, warn
 from dataset import FleetStore
-from sim.shared import fail, warn
 from train.config import TrainConfig
 from train.fed.federated_config import FederatedConfig
 

@@ -46,10 +46,11 @@ import torch.distributed as dist  # noqa: E402
 
 from collect.config import CollectConfig
 from collect.manifest import read_manifest
+from core.errors import crash_point, fail
+from core.files import repo_relative, write_json_atomic
+from core.options import check_choices, check_options, parse_config
 from dataset import FleetStore
 from dataset.episodes import select_episodes
-from sim.shared import (check_choices, check_options, crash_point, fail, parse_config, repo_relative,
-                        write_json_atomic)
 from train.bc import join_process_group, run_training
 from train.checkpoint import latest_checkpoint, open_checkpoint
 from train.config import TrainConfig

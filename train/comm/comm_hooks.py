@@ -36,7 +36,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
-from sim.shared import one_line
+from core.errors import one_line
 from train.comm.compression import dequantize_int8, quantize_int8
 from train.comm.shm_all_reduce import SharedMemoryAllReduce
 from train.comm.socket_ring import SocketRing
