@@ -53,10 +53,10 @@ from benchmarks.common import (benchmark_parser, bracketed, in_processes, job_op
                                publish)
 from collect import CollectConfig
 from collect.engine import run_collection
-from collect.schema import features_of
-from collect import shard
-from collect.shard import EpisodeRecord, ShardWriter, store_name
 from collect.worker import to_features
+from dataset import shard
+from dataset.schema import features_of
+from dataset.shard import EpisodeRecord, ShardWriter, store_name
 from sim.fleet import RobotProfile, episode_seed, make_fleet, make_robot
 from sim.rollout import run_episode
 

@@ -20,13 +20,13 @@ from typing import Callable, Sequence
 from distributed import Client, as_completed
 
 from collect.config import CollectConfig
-from collect.manifest import check_output, create_output, write_manifest
-from collect.schema import features_of
-from collect.shard import store_bytes, store_name
+from collect.output import check_output, create_output, write_manifest
 from collect.worker import PROGRESS_TOPIC, Actor, RobotJob, RobotReport, collect_robot_on_worker
 from core.cluster import dask_client
 from core.files import code_version
 from core.progress import progress_bar
+from dataset.schema import features_of
+from dataset.shard import store_bytes, store_name
 from sim.fleet import RobotProfile, episode_seed, make_fleet
 from sim.rollout import replay_difference
 from sim.tasks import TaskSpec, resolve_task

@@ -13,9 +13,9 @@ from typing import Callable
 
 import numpy as np
 
-from collect.schema import features_of
-from collect.shard import EpisodeRecord, ShardWriter, storage_dtype
 from core.errors import crash_point
+from dataset.schema import features_of
+from dataset.shard import EpisodeRecord, ShardWriter, storage_dtype
 from sim.fleet import RobotProfile, episode_seed
 from sim.rollout import run_episode
 from sim.tasks import resolve_task

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from collect.shard import store_bytes
 from core.errors import check_output_directory, fail, warn
 from core.options import check_choices, parse_subcommand
 from dataset.chunks import DataError, read_rows
 from dataset.fleet_store import FleetStore
 from dataset.inputs import INPUTS
+from dataset.shard import store_bytes
 from dataset.stats import fleet_stats
 
 CORRUPT_EXIT = 1
@@ -181,7 +181,7 @@ def verify(config: VerifyConfig) -> None:
 
 def repair(path: Path, workers: int, found: list) -> list:
     """Recollect the damaged robots (``found``: verify's findings); the problems that remain."""
-    from dataset.repair import repair_store  # imports the collect engine (dask distributed) only when asked
+    from collect.repair import repair_store  # imports the collect engine (dask distributed) only when asked
 
     try:
         report = repair_store(path, workers=workers, problems=found)

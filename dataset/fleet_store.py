@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from collect.manifest import MANIFEST, read_manifest, read_repair_journal
-from collect.shard import committed_count
 from dataset.chunks import decode_failure, read_rows
+from dataset.manifest import MANIFEST, read_manifest, read_repair_journal
+from dataset.shard import committed_count
 from sim.fleet import RobotProfile
 
 
@@ -57,7 +57,7 @@ class FleetStore:
     """Read-only view of every robot's committed episodes under one directory.
 
     ``repairing`` holds the robots an interrupted ``dataset verify --repair`` has not finished
-    (robot id -> its journal record, ``dataset/repair.py``): until it has, their stores are not data.
+    (robot id -> its journal record, ``collect/repair.py``): until it has, their stores are not data.
     """
 
     def __init__(self, path: Path, manifest: dict | None, shards: dict[int, Shard],

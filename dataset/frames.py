@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from collect.shard import run_concurrently
 from dataset.chunks import DataError, check_present, damage_error, read_rows
 from dataset.fleet_store import Shard
+from dataset.shard import run_concurrently
 
 DEFAULT_CACHE_BYTES = 256 * 2**20
 

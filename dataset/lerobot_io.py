@@ -39,12 +39,12 @@ from lerobot.datasets.lerobot_dataset import LeRobotDataset
 from lerobot.datasets.utils import DEFAULT_FEATURES
 from lerobot.datasets.video_utils import decode_video_frames
 
-from collect.manifest import write_store_manifest
-from collect.shard import EpisodeRecord, ShardWriter, storage_dtype, store_name
 from core.files import code_version, write_json_atomic
 from core.progress import progress_bar
 from dataset.fleet_store import FleetStore
 from dataset.inputs import STATE_FEATURES, camera_names, select_inputs
+from dataset.manifest import write_store_manifest
+from dataset.shard import EpisodeRecord, ShardWriter, storage_dtype, store_name
 from sim.fleet import SITES
 
 SIDECAR = "meta/robofleet.json"

@@ -16,7 +16,7 @@
    (committed episodes are never removed, so a shard may not hold fewer than it records).
 
 Only the committed range is checked, so a store that ``collect`` is still writing verifies clean.
-A robot under repair (an interrupted ``dataset verify --repair``, ``dataset/repair.py``) is
+A robot under repair (an interrupted ``dataset verify --repair``, ``collect/repair.py``) is
 damage until a repair finishes it; its store in the directory is not checked.
 Notes are not damage: a store written before chunks carried checksums, bounds that could not
 be checked.
@@ -34,11 +34,11 @@ import numpy as np
 from tqdm.dask import TqdmCallback
 from zarr.core.sync import sync  # runs a coroutine on zarr's own IO event loop
 
-from collect.manifest import MANIFEST, REPAIR_DIR
-from collect.shard import META_FIELDS, SCHEMA_VERSION, committed_count, run_concurrently, storage_dtype, store_name
 from core.errors import one_line
 from core.progress import progress_bar
 from dataset.chunks import chunk_rows, decode_failure, has_checksums, list_keys, may_be_absent, rows_label
+from dataset.manifest import MANIFEST, REPAIR_DIR
+from dataset.shard import META_FIELDS, SCHEMA_VERSION, committed_count, run_concurrently, storage_dtype, store_name
 from sim.fleet import RobotProfile
 from sim.tasks import resolve_task
 

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import torch
 
-from collect.schema import features_of
 from core.errors import one_line, warn
 from core.files import from_repo, repo_relative
 from dataset import FleetStore
 from dataset.chunks import DataError, read_rows
 from dataset.inputs import IMAGE_PREFIX, PRIVILEGED_FEATURE, camera_names
+from dataset.schema import features_of
 from eval.config import EvalConfig
 from eval.lerobot_policy import LeRobotAgent, describe_lerobot_policy, is_lerobot_pretrained
 from sim.fleet import RobotProfile, episode_seed, make_robot

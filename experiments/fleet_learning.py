@@ -38,11 +38,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collect.manifest import read_manifest
 from core.files import repo_relative
 from core.options import check_choices, check_options, parse_config
 from dataset import FleetStore
 from dataset.episodes import select_episodes
+from dataset.manifest import read_manifest
 from experiments.fleet_learning_report import publish
 from experiments.full_run import StageClock, finished_evaluation, trained_step
 from train.checkpoint import Checkpoint, latest_checkpoint

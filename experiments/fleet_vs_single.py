@@ -35,11 +35,11 @@ from pathlib import Path
 import sim  # noqa: F401  (first: headless rendering before mujoco loads)
 
 from benchmarks.common import machine_facts, write_results
-from collect.shard import store_bytes
 from core.cluster import dask_client
 from core.errors import fail
 from core.options import parse_config
 from dataset import FleetStore
+from dataset.shard import store_bytes
 from eval import EvalConfig, run_evaluation
 from experiments.common import REPO, run_step, write_section
 from sim.fleet import SITES

@@ -13,10 +13,10 @@ import zarr
 from zarr.codecs import ZstdCodec
 
 from collect import CollectConfig
-from collect.schema import features_of
-from collect.shard import (FRAMES_PER_CHUNK, SCHEMA_VERSION, WRITER_ZARR_CONFIG, EpisodeRecord, InlineLocalStore,
-                           InlineZstdCodec, ShardWriter, read_progress, store_name)
 from collect.worker import to_features
+from dataset.schema import features_of
+from dataset.shard import (FRAMES_PER_CHUNK, SCHEMA_VERSION, WRITER_ZARR_CONFIG, EpisodeRecord, InlineLocalStore,
+                           InlineZstdCodec, ShardWriter, read_progress, store_name)
 from collect_helpers import (REPO, assert_same_stores, collect_command, collected, interrupt, run_collect,
                              start_collect, subprocess_env, wait_for_episodes)
 from core.cluster import dask_client

@@ -18,8 +18,8 @@ import pytest
 import zarr
 
 from collect_helpers import REPO, collected, subprocess_env
+from collect.repair import ASIDE
 from dataset.cli import main as dataset_main
-from dataset.repair import ASIDE
 from eval.cli import main as evaluate_main
 from fault_helpers import assert_one_line, exit_code_of, flip_byte
 from core.errors import CRASH_AT

@@ -13,9 +13,9 @@ import zarr
 from zarr.codecs import ZstdCodec
 
 from collect_helpers import assert_same_stores
+from collect.repair import ASIDE
 from dataset import FleetStore
 from dataset.cli import main as dataset_main
-from dataset.repair import ASIDE
 from fault_helpers import assert_one_line, exit_code_of, flip_byte, truncate
 from train.bc import main as bc_main
 from train_helpers import QUICK

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collect.manifest import MANIFEST
-from collect.shard import store_name
 from core.errors import fail, warn
 from dataset import FleetStore
+from dataset.manifest import MANIFEST
+from dataset.shard import store_name
 from train.config import TrainConfig
 from train.fed.federated_config import FederatedConfig
 

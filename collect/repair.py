@@ -27,12 +27,12 @@ from pathlib import Path
 
 from collect.config import CollectConfig
 from collect.engine import run_collection
-from collect.manifest import MANIFEST, REPAIR_DIR, REPAIR_JOURNAL, robot_entry
-from collect.shard import store_name
 from core.errors import crash_point
 from core.files import write_json_atomic
 from dataset.chunks import read_rows
 from dataset.fleet_store import FleetStore
+from dataset.manifest import MANIFEST, REPAIR_DIR, REPAIR_JOURNAL, robot_entry
+from dataset.shard import store_name
 from dataset.verify import Problem, under_repair, verify_shard, verify_store
 
 ASIDE = REPAIR_DIR
