@@ -58,7 +58,6 @@ class ArmEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": CONTROL_FPS}
     environment_state_names: tuple[str, ...]  # set by each task
-    default_max_episode_steps: int
 
     def __init__(
         self,
