@@ -118,7 +118,7 @@ def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None 
     """Collect every robot's missing episodes into ``config.out``; resumable.
 
     ``robot_episodes`` (robot id -> episodes attempted) limits the work to those robots of the
-    fleet, each with its own count: what ``dataset verify --repair`` recollects. ``actor``
+    fleet, each with its own count: what ``collect --repair`` recollects. ``actor``
     acts instead of the task's expert (``collect.worker.Actor``; DAgger's rounds). Before anything
     is written, a task that does not make the same first episode twice from one seed is a
     ``ValueError`` (unless ``config.check_determinism`` is off).

@@ -1,4 +1,4 @@
-"""``dataset verify --repair``: recollect exactly the robots whose stores are damaged.
+"""``collect --repair``: recollect exactly the robots whose stores are damaged.
 
 An episode is a pure function of the fleet seed, the robot and its attempt index, so a
 damaged robot's store can be made again bit for bit. Repair works in four steps, and a crash
@@ -56,7 +56,7 @@ def _config(path: Path, manifest: dict, workers: int, quiet: bool) -> CollectCon
     fields = CollectConfig.__dataclass_fields__
     original = {key: value for key, value in manifest["collect_config"].items() if key in fields}
     return CollectConfig(**{**original, "out": str(path), "workers": workers, "quiet": quiet, "scheduler": None,
-                            "overwrite": False})
+                            "overwrite": False, "repair": None})
 
 
 def _record(store: FleetStore, robot: int, problems: list[Problem], episodes: int) -> dict:

@@ -15,7 +15,8 @@ import numpy as np
 
 from core.errors import crash_point
 from dataset.schema import features_of
-from dataset.shard import EpisodeRecord, ShardWriter, storage_dtype
+from dataset.shard import storage_dtype
+from dataset.writer import EpisodeRecord, ShardWriter
 from sim.fleet import RobotProfile, episode_seed
 from sim.rollout import run_episode
 from sim.tasks import resolve_task

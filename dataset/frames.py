@@ -15,8 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dataset.chunks import DataError, check_present, damage_error, read_rows
-from dataset.fleet_store import Shard
-from dataset.shard import run_concurrently
+from dataset.shard import Shard, run_concurrently
 
 DEFAULT_CACHE_BYTES = 256 * 2**20
 

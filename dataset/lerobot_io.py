@@ -44,7 +44,8 @@ from core.progress import progress_bar
 from dataset.fleet_store import FleetStore
 from dataset.inputs import STATE_FEATURES, camera_names, select_inputs
 from dataset.manifest import write_store_manifest
-from dataset.shard import EpisodeRecord, ShardWriter, storage_dtype, store_name
+from dataset.shard import storage_dtype, store_name
+from dataset.writer import EpisodeRecord, ShardWriter
 from sim.fleet import SITES
 
 SIDECAR = "meta/robofleet.json"

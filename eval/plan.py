@@ -149,7 +149,7 @@ def _training_store(checkpoint: Checkpoint | None) -> FleetStore | None:
         return None
     if store.repairing:
         raise ValueError(f"the training collection {store.path} has robot stores under repair (an interrupted "
-                         f"`dataset verify --repair`): run `dataset verify {store.path} --repair`, then evaluate")
+                         f"`collect --repair`): run `collect --repair {store.path}`, then evaluate")
     return store
 
 
@@ -158,7 +158,7 @@ def trained_seeds(store: FleetStore, robot_id: int) -> set[int]:
     shard = store.shards.get(robot_id)
     if shard is not None and shard.unreadable:
         raise DataError(f"the training collection's {shard.path.name}: {shard.unreadable}; "
-                        f"run `dataset verify {store.path} --repair`")
+                        f"run `collect --repair {store.path}`")
     if shard is None or not shard.num_episodes:
         return set()
     return set(read_rows(shard, "meta/episode_seed", 0, shard.num_episodes).tolist())

@@ -12,11 +12,11 @@ import pytest
 import zarr
 from zarr.codecs import ZstdCodec
 
-from collect import CollectConfig
 from collect.worker import to_features
 from dataset.schema import features_of
-from dataset.shard import (FRAMES_PER_CHUNK, SCHEMA_VERSION, WRITER_ZARR_CONFIG, EpisodeRecord, InlineLocalStore,
-                           InlineZstdCodec, ShardWriter, read_progress, store_name)
+from dataset.shard import (FRAMES_PER_CHUNK, SCHEMA_VERSION, WRITER_ZARR_CONFIG, InlineLocalStore, InlineZstdCodec,
+                           read_progress, store_name)
+from dataset.writer import EpisodeRecord, ShardWriter
 from collect_helpers import (REPO, assert_same_stores, collect_command, collected, interrupt, run_collect,
                              start_collect, subprocess_env, wait_for_episodes)
 from core.cluster import dask_client

@@ -140,7 +140,7 @@ def test_evaluate_stops_when_the_training_collections_episode_ends_are_damaged(f
     checkpoint.write(tmp_path / "checkpoint")
     assert exit_code_of(evaluate_main, ["--checkpoint", tmp_path / "checkpoint", "--out", tmp_path / "eval"]) == 2
     assert_one_line(capsys.readouterr().err, "robot_0001.zarr: meta/episode_ends is damaged",
-                    f"dataset verify {fleet} --repair")
+                    f"collect --repair {fleet}")
 
 
 def test_an_out_that_is_a_file_or_lies_under_one_is_one_line_in_every_command(pick_place_fleet, tmp_path, capsys):

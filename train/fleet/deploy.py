@@ -30,7 +30,8 @@ from collect.worker import PROGRESS_TOPIC, Actor, RobotReport, to_features
 from core.errors import crash_point
 from core.files import code_version, write_json_atomic
 from dataset.schema import features_of
-from dataset.shard import EpisodeRecord, ShardWriter, store_name
+from dataset.shard import store_name
+from dataset.writer import EpisodeRecord, ShardWriter
 from sim.fleet import RobotProfile, episode_seed
 from sim.tasks import resolve_task
 from train.checkpoint import load_policy, open_checkpoint
