@@ -60,8 +60,8 @@ def write_manifest(out: Path, config: CollectConfig, spec: TaskSpec, features: d
                    fleet: list[RobotProfile], reports: Iterable[RobotReport] = (), lineage: dict | None = None) -> None:
     """(Re)write OUT/manifest.json of a collection from the stores that are on disk now.
 
-    ``reports`` of robots whose tasks just finished give their counts without reading
-    their stores again (about 3 ms a store). ``lineage`` (where the data came from, when
+    ``reports`` of robots whose tasks just finished give their counts without opening
+    their stores again. ``lineage`` (where the data came from, when
     not the task's expert) is kept as it is.
     """
     known = {report.robot_id: robot_entry(report.site, report.kept, report.frames, report.failed)

@@ -22,8 +22,8 @@ from sim.rollout import run_episode
 from sim.tasks import resolve_task
 
 PROGRESS_TOPIC = "robofleet.collect.progress"
-# Seconds between a robot's progress events. Each event costs the worker's event loop
-# about a millisecond; one per episode took 6% of a worker's simulation time.
+# Seconds between a robot's progress events. Each event costs the worker's event loop a
+# round trip to the scheduler, too much for one per episode (docs/performance.md).
 PROGRESS_INTERVAL = 0.5
 
 

@@ -11,17 +11,15 @@ from typing import Iterator, Sequence
 import dask
 from distributed import Client, LocalCluster
 
-# A local cluster's housekeeping competes with the tasks for the cores (2 here), so it is
-# turned down. dask's statistical profiler samples every worker's Python stack each 10 ms:
-# on these pure-Python simulation tasks it cost 40% of the throughput. The event-loop tick
-# (20 ms), system monitor (0.5 s) and worker memory monitor (0.1 s) together took 5% of a
-# core in the client's process and 2-3% in each worker: measured on a 2-worker evaluation,
-# they made it 7-10% faster. (External clusters: set the same keys, for example
-# DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False, where the workers start.)
-# dask also starts its workers with MALLOC_TRIM_THRESHOLD_=65536, so that glibc hands freed
-# memory back to the system at once; torch then faults it in again at every step, which made
-# bc.py's steps 15-20% slower and federated rounds ~7% (local training in the workers). Our
-# workers are short-lived, so they keep glibc's own threshold.
+# A local cluster's housekeeping competes with the tasks for the cores, so it is turned down:
+# dask's statistical profiler samples every worker's Python stack many times a second, which
+# on pure-Python simulation tasks is a large share of the work, and the event-loop tick,
+# system monitor and worker memory monitor wake the client and every worker often. (External
+# clusters: set the same keys, for example DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False,
+# where the workers start.) dask also starts its workers with MALLOC_TRIM_THRESHOLD_=65536, so
+# that glibc hands freed memory back to the system at once; torch then faults it in again at
+# every step, which slows training in the workers (federated rounds). Our workers are
+# short-lived, so they keep glibc's own threshold. What each setting cost: docs/performance.md.
 LOCAL_CLUSTER_CONFIG = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",
@@ -38,9 +36,9 @@ def environ_restored() -> Iterator[None]:
     dask's nannies set their workers' variables in the process that starts them, before
     each spawn: ``OMP_NUM_THREADS=1``, ``MKL_NUM_THREADS=1``, ``OPENBLAS_NUM_THREADS=1``,
     ``MALLOC_TRIM_THRESHOLD_=65536`` and more. Left there, they reached every process
-    started afterwards: bc.py run after an in-process collection trained 18-30% slower
-    (the trim threshold makes glibc hand memory back and fault it in again at every step)
-    and on one thread.
+    started afterwards: bc.py run after an in-process collection trained slower (the trim
+    threshold makes glibc hand memory back and fault it in again at every step) and on one
+    thread.
     """
     saved = dict(os.environ)
     try:

@@ -89,9 +89,9 @@ class InlineLocalStore(zarr.storage.LocalStore):
     """zarr's LocalStore, doing its reads and writes inline on zarr's event loop.
 
     LocalStore hands every file read and write to a thread (``asyncio.to_thread``). A
-    shard's files are small and local, so on the 2-core VM that hand-off costs as much
-    as the file operation itself: about 60 of them a robot, 7 ms of its 30 ms of store
-    work. Writes stay atomic (``set_sync`` writes a temporary file and renames it).
+    shard's files are small and local, so on a small machine that hand-off costs as much
+    as the file operation itself, about 60 times a robot (docs/performance.md). Writes
+    stay atomic (``set_sync`` writes a temporary file and renames it).
     """
 
     async def get(self, key: str, prototype: BufferPrototype | None = None,
@@ -120,7 +120,8 @@ class InlineZstdCodec(ZstdCodec):
 register_codec("zstd", InlineZstdCodec)  # selectable by name; zarr's default stays its own ZstdCodec
 # The zarr settings a writer opens its arrays with: zstd inline, and every chunk written even
 # when all of it equals the fill value (zarr's check for that compares the whole chunk on each
-# write). Together they take an append from 1.9 to 1.1 ms.
+# write). Both take work off every append: a thread hand-off, and a pass over the whole chunk
+# (docs/performance.md).
 WRITER_ZARR_CONFIG = {"codecs.zstd": fully_qualified_name(InlineZstdCodec), "array.write_empty_chunks": True}
 
 

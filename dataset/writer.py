@@ -191,7 +191,7 @@ def _empty_store_files(features: dict[str, dict]) -> dict[str, Buffer]:
     """The files of an empty store for this schema (key in the store: content), made once per process.
 
     Copied into a ``MemoryStore``, they are a new store. Creating the arrays through zarr
-    for every store cost 35-60 ms on the 2-core VM.
+    for every store cost more than writing its first batch (docs/performance.md).
     """
     key = json.dumps(features, sort_keys=True)
     if key not in _TEMPLATES:
