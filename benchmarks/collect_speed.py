@@ -53,10 +53,11 @@ from benchmarks.common import (benchmark_parser, bracketed, in_processes, job_op
                                publish)
 from collect import CollectConfig
 from collect.engine import run_collection
-from collect.schema import features_of
-from collect import shard
-from collect.shard import EpisodeRecord, ShardWriter, store_name
 from collect.worker import to_features
+from dataset import writer
+from dataset.schema import features_of
+from dataset.shard import store_name
+from dataset.writer import EpisodeRecord, ShardWriter
 from sim.fleet import RobotProfile, episode_seed, make_fleet, make_robot
 from sim.rollout import run_episode
 
@@ -182,19 +183,19 @@ def recorded_episodes(job: CollectConfig, robot_ids: list[int]) -> tuple[dict, d
 @contextlib.contextmanager
 def checksums_off() -> Iterator[None]:
     """collect's writer with its codecs minus crc32c, as stores were written before checksums (this measurement only)."""
-    layout, meta_codecs = shard._array_layout, shard.META_CODECS
+    layout, meta_codecs = writer.array_layout, writer.META_CODECS
 
     def without_crc(feature: dict) -> dict:
         options = layout(feature)
         return {**options, "compressors": options["compressors"][:-1]}
 
-    shard._array_layout, shard.META_CODECS = without_crc, meta_codecs[:-1]
-    shard._TEMPLATES.clear()  # the empty-store templates carry the codecs
+    writer.array_layout, writer.META_CODECS = without_crc, meta_codecs[:-1]
+    writer._TEMPLATES.clear()  # the empty-store templates carry the codecs
     try:
         yield
     finally:
-        shard._array_layout, shard.META_CODECS = layout, meta_codecs
-        shard._TEMPLATES.clear()
+        writer.array_layout, writer.META_CODECS = layout, meta_codecs
+        writer._TEMPLATES.clear()
 
 
 def write_seconds(features: dict, recorded: dict[int, list[EpisodeRecord]], checksums: bool) -> float:

@@ -22,7 +22,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from sim.shared import OneLineErrorParser, check_output_directory, code_version, write_json_atomic
+from core.errors import check_output_directory
+from core.files import code_version, write_json_atomic
+from core.options import OneLineErrorParser
 
 BENCHMARKS = Path(__file__).resolve().parent
 RESULTS = BENCHMARKS / "results"

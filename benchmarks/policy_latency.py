@@ -51,8 +51,8 @@ import torch
 
 from benchmarks import synthetic
 from benchmarks.common import benchmark_parser, machine_facts, publish
+from core.errors import fail
 from eval.lerobot_policy import LeRobotAgent
-from sim.shared import fail
 from train.checkpoint import DESCRIPTION, WEIGHTS, Checkpoint, load_policy, open_checkpoint
 from train.config import PolicyOptions
 from train.export import EXPORTABLE, export_lerobot_policy

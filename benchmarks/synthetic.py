@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from collect.schema import features_of
+from dataset.schema import features_of
 from sim import make_robot, resolve_task
 from train.checkpoint import Checkpoint
 from train.config import PolicyOptions

@@ -1,6 +1,7 @@
 """``collect``: run every robot's scripted expert in parallel and write one zarr store per robot.
 
     collect --robots 100 --episodes 20 --task pick_place --out data/fleet
+    collect --repair data/fleet      verify a store and recollect its damaged robots from their seeds
 
 Rerunning the same command resumes: committed episodes are kept and the missing ones
 are collected with the same seeds. Ctrl-C stops cleanly; what was committed stays valid.
@@ -12,13 +13,19 @@ import sys
 
 from collect.config import CollectConfig
 from collect.engine import run_collection
-from sim.shared import fail, parse_config
+from collect.repair import repair_store
+from core.errors import fail
+from core.options import parse_config
+from dataset.cli import open_store, print_problems, report_verdict
 
 INTERRUPTED_EXIT = 130
 
 
 def main(argv: list[str] | None = None) -> None:
     config = parse_config(CollectConfig, __doc__, argv)
+    if config.repair:
+        repair(config)
+        return
     try:
         summary = run_collection(config)
     except ValueError as error:
@@ -29,6 +36,26 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(INTERRUPTED_EXIT) from None
     if not config.quiet:
         print(summary.format())
+
+
+def repair(config: CollectConfig) -> None:
+    """``collect --repair STORE``: print what verify finds in STORE, recollect the damaged robots, and say
+    what remains (exit 1) or that the store is OK."""
+    store = open_store(config.repair)
+    found = print_problems(store, progress=not config.quiet)
+    problems = [problem for problem in found if not problem.note]
+    if problems:
+        try:
+            report = repair_store(store.path, workers=config.workers, quiet=config.quiet, problems=found)
+        except ValueError as error:
+            fail(str(error))
+        print(f"repaired: recollected robots {', '.join(map(str, report.robots))} ({report.episodes} episodes) "
+              "from their seeds")
+        for problem in report.remaining:
+            print(problem)
+        problems = report.remaining
+        store = open_store(config.repair)
+    report_verdict(store, problems)
 
 
 if __name__ == "__main__":

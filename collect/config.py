@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
-from sim.shared import check_options
+from core.options import check_options
 
 # Fields that change how episodes are made: a rerun into the same OUT must match them.
 # (robots and episodes may grow; workers, scheduler and output options may change freely.)
@@ -29,6 +29,9 @@ class CollectConfig:
     quiet: bool = field(default=False, metadata={"help": "no progress bar and no summary"})
     check_determinism: bool = field(default=True, metadata={
         "help": "first replay the first episode's reset and a few steps twice, and stop if they differ"})
+    repair: str | None = field(default=None, metadata={
+        "help": "a fleet store to verify and repair instead: its damaged robots are recollected from their seeds, "
+                "with its own collection's options (of these, only --workers and --quiet apply)"})
 
     def __post_init__(self):
         check_options(self, ("robots", "episodes", "workers", "image_size", "flush_frames"),

@@ -10,49 +10,28 @@ either way the retry resumes from the store's last commit.
 
 from __future__ import annotations
 
-import logging
-import os
 import threading
 import time
 from collections import defaultdict
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
-import dask
-from distributed import Client, LocalCluster, as_completed
+from distributed import Client, as_completed
 
 from collect.config import CollectConfig
-from collect.manifest import check_output, create_output, write_manifest
-from collect.schema import features_of
-from collect.shard import store_bytes, store_name
+from collect.output import check_output, create_output, write_manifest
 from collect.worker import PROGRESS_TOPIC, Actor, RobotJob, RobotReport, collect_robot_on_worker
+from core.cluster import dask_client
+from core.files import code_version
+from core.progress import progress_bar
+from dataset.schema import features_of
+from dataset.shard import store_bytes, store_name
 from sim.fleet import RobotProfile, episode_seed, make_fleet
 from sim.rollout import replay_difference
-from sim.shared import code_version, progress_bar
 from sim.tasks import TaskSpec, resolve_task
 
 TASK_RETRIES = 2
-
-# A local cluster's housekeeping competes with the tasks for the cores (2 here), so it is
-# turned down. dask's statistical profiler samples every worker's Python stack each 10 ms:
-# on these pure-Python simulation tasks it cost 40% of the throughput. The event-loop tick
-# (20 ms), system monitor (0.5 s) and worker memory monitor (0.1 s) together took 5% of a
-# core in the client's process and 2-3% in each worker: measured on a 2-worker evaluation,
-# they made it 7-10% faster. (External clusters: set the same keys, for example
-# DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False, where the workers start.)
-# dask also starts its workers with MALLOC_TRIM_THRESHOLD_=65536, so that glibc hands freed
-# memory back to the system at once; torch then faults it in again at every step, which made
-# bc.py's steps 15-20% slower and federated rounds ~7% (local training in the workers). Our
-# workers are short-lived, so they keep glibc's own threshold.
-LOCAL_CLUSTER_CONFIG = {
-    "distributed.worker.profile.enabled": False,
-    "distributed.admin.tick.interval": "1s",
-    "distributed.admin.system-monitor.interval": "5s",
-    "distributed.worker.memory.monitor-interval": "1s",
-    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-}
 
 
 @dataclass
@@ -87,64 +66,6 @@ class CollectionSummary:
             + (f" (+{self.cluster_seconds:.1f} s to set up and shut down dask)" if self.cluster_seconds >= 0.05 else "")
         )
         return "\n".join(lines)
-
-
-@contextmanager
-def environ_restored() -> Iterator[None]:
-    """Give ``os.environ`` back as it was on entry, whatever changed it in between.
-
-    dask's nannies set their workers' variables in the process that starts them, before
-    each spawn: ``OMP_NUM_THREADS=1``, ``MKL_NUM_THREADS=1``, ``OPENBLAS_NUM_THREADS=1``,
-    ``MALLOC_TRIM_THRESHOLD_=65536`` and more. Left there, they reached every process
-    started afterwards: bc.py run after an in-process collection trained 18-30% slower
-    (the trim threshold makes glibc hand memory back and fault it in again at every step)
-    and on one thread.
-    """
-    saved = dict(os.environ)
-    try:
-        yield
-    finally:
-        for key in set(os.environ) - set(saved):
-            del os.environ[key]
-        os.environ.update((key, value) for key, value in saved.items() if os.environ.get(key) != value)
-
-
-@contextmanager
-def dask_client(config: CollectConfig, preload: Sequence[str] = ("collect.worker",),
-                show_dashboard: bool = False) -> Iterator[Client]:
-    """A client of ``config.scheduler``, or of a fresh LocalCluster of ``config.workers`` processes.
-
-    ``config`` is any config with those two fields (collect's, federated training's).
-    ``preload`` names modules the local workers import while the cluster starts.
-    ``show_dashboard`` prints the link to the cluster's dashboard (bokeh serves it).
-    """
-    with _client(config, preload) as client:
-        if show_dashboard:
-            print(f"dask dashboard: {client.dashboard_link}", flush=True)
-        yield client
-
-
-@contextmanager
-def _client(config: CollectConfig, preload: Sequence[str]) -> Iterator[Client]:
-    """``dask_client``'s client: of the given scheduler, or of a LocalCluster made for it."""
-    if config.scheduler:
-        try:
-            client = Client(config.scheduler, timeout="5s")
-        except (OSError, TimeoutError) as error:
-            raise ValueError(f"cannot reach dask scheduler {config.scheduler}: {error}") from None
-        with client:
-            yield client
-        return
-    with dask.config.set(LOCAL_CLUSTER_CONFIG), environ_restored():
-        cluster = LocalCluster(
-            n_workers=config.workers, threads_per_worker=1, processes=True,
-            # The dashboard on any free local port: on dask's 8787, a second command running at the same time
-            # found it taken and printed a warning.
-            dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
-            preload=list(preload),  # collect.worker: import sim, mujoco and zarr while the cluster starts
-        )
-        with cluster, Client(cluster) as client:
-            yield client
 
 
 class _Progress:
@@ -197,7 +118,7 @@ def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None 
     """Collect every robot's missing episodes into ``config.out``; resumable.
 
     ``robot_episodes`` (robot id -> episodes attempted) limits the work to those robots of the
-    fleet, each with its own count: what ``dataset verify --repair`` recollects. ``actor``
+    fleet, each with its own count: what ``collect --repair`` recollects. ``actor``
     acts instead of the task's expert (``collect.worker.Actor``; DAgger's rounds). Before anything
     is written, a task that does not make the same first episode twice from one seed is a
     ``ValueError`` (unless ``config.check_determinism`` is off).
@@ -230,7 +151,7 @@ def run_robot_tasks(config: CollectConfig, spec: TaskSpec, features: dict, fps: 
     out = Path(config.out)
     reports: list[RobotReport] = []
     entered = time.perf_counter()
-    with dask_client(config, preload, show_dashboard=not config.quiet) as client:
+    with dask_client(config.scheduler, config.workers, preload, show_dashboard=not config.quiet) as client:
         started = time.perf_counter()
         settled = {robot_id: count for robot_id, count in create_output(out, config).items() if robot_id in targets}
         progress = _Progress(sum(targets.values()), settled, config.quiet)

@@ -13,16 +13,17 @@ from typing import Callable
 
 import numpy as np
 
-from collect.schema import features_of
-from collect.shard import EpisodeRecord, ShardWriter, storage_dtype
+from core.errors import crash_point
+from dataset.schema import features_of
+from dataset.shard import storage_dtype
+from dataset.writer import EpisodeRecord, ShardWriter
 from sim.fleet import RobotProfile, episode_seed
 from sim.rollout import run_episode
-from sim.shared import crash_point
 from sim.tasks import resolve_task
 
 PROGRESS_TOPIC = "robofleet.collect.progress"
-# Seconds between a robot's progress events. Each event costs the worker's event loop
-# about a millisecond; one per episode took 6% of a worker's simulation time.
+# Seconds between a robot's progress events. Each event costs the worker's event loop a
+# round trip to the scheduler, too much for one per episode (docs/performance.md).
 PROGRESS_INTERVAL = 0.5
 
 

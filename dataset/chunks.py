@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import numpy as np
+import zarr
 from zarr.core.sync import sync  # runs a coroutine on zarr's own IO event loop
 
-if TYPE_CHECKING:
-    import zarr
-
-    from dataset.fleet_store import Shard
+from dataset.shard import Shard
 
 
 class DataError(ValueError):
@@ -91,7 +89,7 @@ def decode_failure(error: Exception) -> str:
 
 
 def _repair_hint(shard: Shard) -> str:
-    return f"run `dataset verify {shard.path.parent} --repair`"
+    return f"run `collect --repair {shard.path.parent}`"
 
 
 def check_present(shard: Shard, paths: list[str]) -> None:

@@ -3,7 +3,7 @@
     dataset info data/fleet                      what is in it, per site and per robot (failed: stored episodes
                                                  that failed; dropped: failed attempts not stored)
     dataset verify data/fleet                    check every shard; exit 1 on corruption
-    dataset verify data/fleet --repair           ... and recollect the damaged robots from their seeds
+                                                 (`collect --repair data/fleet` recollects the damaged robots)
     dataset stats data/fleet                     normalisation statistics (cached in stats.json)
     dataset export-lerobot data/fleet data/lerobot_fleet
                                                  a robot's observations (--inputs state+cameras adds the
@@ -22,12 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from collect.shard import store_bytes
+from core.errors import check_output_directory, fail, warn
+from core.options import check_choices, parse_subcommand
 from dataset.chunks import DataError, read_rows
 from dataset.fleet_store import FleetStore
 from dataset.inputs import INPUTS
+from dataset.shard import store_bytes
 from dataset.stats import fleet_stats
-from sim.shared import check_choices, check_output_directory, fail, parse_subcommand, warn
 
 CORRUPT_EXIT = 1
 
@@ -49,8 +50,7 @@ class VerifyConfig:
 
     store: str = field(metadata=STORE)
     quick: bool = field(default=False, metadata={"help": "check structure and metadata only, not every chunk"})
-    repair: bool = field(default=False, metadata={"help": "recollect the damaged robots' episodes from their seeds"})
-    workers: int = field(default=os.cpu_count() or 1, metadata={"help": "local worker processes for --repair"})
+    repair: bool = field(default=False, metadata={"help": "moved: `collect --repair STORE` recollects damaged robots"})
 
 
 @dataclass
@@ -98,7 +98,8 @@ class ImportConfig:
         check_output_directory(self.out, "OUT", replaceable=self.overwrite)
 
 
-def _open(path: str) -> FleetStore:
+def open_store(path: str) -> FleetStore:
+    """The fleet store at ``path``; where there is none, or it cannot be read, a one-line error."""
     try:
         return FleetStore.open(path)
     except (FileNotFoundError, ValueError) as error:  # no store there; a corrupt manifest or unreadable shard
@@ -117,7 +118,7 @@ def robot_counts(shard) -> dict[str, int]:
     try:
         successes = read_rows(shard, "meta/episode_success", 0, shard.num_episodes)
     except DataError as error:
-        fail(f"{error}; run `dataset verify {shard.path.parent} --repair`")
+        fail(f"{error}; run `collect --repair {shard.path.parent}`")
     return {"episodes": shard.num_episodes, "failed": int(np.count_nonzero(~successes.astype(bool))),
             "dropped": len(shard.group.attrs.get("failed_episodes", [])), "frames": shard.num_frames}
 
@@ -151,7 +152,7 @@ def store_summary(store: FleetStore) -> dict:
 
 
 def info(config: InfoConfig) -> None:
-    summary = store_summary(_open(config.store))
+    summary = store_summary(open_store(config.store))
     if config.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -165,43 +166,37 @@ def info(config: InfoConfig) -> None:
     if unusable := [robot for robot in summary["robots"] if robot["state"] != "ok"]:
         states = ", ".join(f"robot {robot['robot_id']} {robot['state']}" for robot in unusable[:5])
         warn(f"{len(unusable)} robot store(s) are not usable ({states}{', ...' if len(unusable) > 5 else ''}); "
-             f"run `dataset verify {summary['path']} --repair`")
+             f"run `collect --repair {summary['path']}`")
 
 
 def verify(config: VerifyConfig) -> None:
-    from dataset.verify import verify_store
+    if config.repair:
+        fail(f"`dataset verify --repair` moved to collect: run `collect --repair {config.store}`")
+    store = open_store(config.store)
+    found = print_problems(store, check_data=not config.quick, progress=True)
+    report_verdict(store, [problem for problem in found if not problem.note])
 
-    store = _open(config.store)
-    found = verify_store(store, check_data=not config.quick, progress=True, notes=True)
+
+def print_problems(store: FleetStore, check_data: bool = True, progress: bool = True) -> list:
+    """Verify ``store`` (``dataset.verify.verify_store``, notes included) and print what it finds, one a line."""
+    from dataset.verify import verify_store  # it loads the task (and mujoco) to check values: info does not
+
+    found = verify_store(store, check_data=check_data, progress=progress, notes=True)
     for problem in found:
         print(problem)
-    problems = [problem for problem in found if not problem.note]
-    if problems and config.repair:
-        problems = repair(store.path, config.workers, found)
-        store = _open(config.store)
+    return found
+
+
+def report_verdict(store: FleetStore, problems: list) -> None:
+    """Exit 1 with a one-line count of the ``problems`` left in ``store``, or print that it is OK."""
     if problems:
         fail(f"{len(problems)} problem(s) in {store.path}", code=CORRUPT_EXIT)
     print(f"{store.path}: {len(store.robots)} shards, {store.num_episodes} episodes, {store.num_frames} frames: OK")
 
 
-def repair(path: Path, workers: int, found: list) -> list:
-    """Recollect the damaged robots (``found``: verify's findings); the problems that remain."""
-    from dataset.repair import repair_store  # imports the collect engine (dask distributed) only when asked
-
-    try:
-        report = repair_store(path, workers=workers, problems=found)
-    except ValueError as error:
-        fail(str(error))
-    print(f"repaired: recollected robots {', '.join(map(str, report.robots))} ({report.episodes} episodes) "
-          "from their seeds")
-    for problem in report.remaining:
-        print(problem)
-    return report.remaining
-
-
 def stats(config: StatsConfig) -> None:
     try:
-        values = fleet_stats(_open(config.store), recompute=config.recompute)
+        values = fleet_stats(open_store(config.store), recompute=config.recompute)
     except ValueError as error:
         fail(str(error))
     if config.json:
@@ -217,7 +212,7 @@ def stats(config: StatsConfig) -> None:
 def export_lerobot(config: ExportConfig) -> None:
     from dataset.lerobot_io import default_inputs, export_lerobot as export  # lerobot is slow to import
 
-    store = _open(config.store)
+    store = open_store(config.store)
     try:
         root = export(store, Path(config.root), repo_id=config.repo_id, use_videos=config.videos,
                       inputs=config.inputs, features=list(config.features))

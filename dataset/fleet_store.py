@@ -7,57 +7,22 @@ visible, and they stay the same for the life of the object.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import zarr
 
-from collect.manifest import MANIFEST, read_manifest, read_repair_journal
-from collect.shard import committed_count
 from dataset.chunks import decode_failure, read_rows
+from dataset.manifest import MANIFEST, read_manifest, read_repair_journal
+from dataset.shard import Shard, committed_count
 from sim.fleet import RobotProfile
-
-
-@dataclass(frozen=True)
-class Shard:
-    """One robot's store as seen at open time."""
-
-    robot_id: int
-    path: Path
-    group: zarr.Group
-    episode_ends: np.ndarray  # committed ends only
-    unreadable: str | None = None  # why episode_ends could not be read (the shard then shows no episodes)
-
-    @property
-    def num_episodes(self) -> int:
-        return len(self.episode_ends)
-
-    @property
-    def num_frames(self) -> int:
-        return int(self.episode_ends[-1]) if len(self.episode_ends) else 0
-
-    def episode_of(self, frame: int) -> int:
-        """Position of the committed episode that holds shard frame ``frame``."""
-        return int(np.searchsorted(self.episode_ends, frame, side="right"))
-
-    def episodes_in(self, start: int, stop: int) -> range:
-        """Positions of the committed episodes that have frames in ``[start, stop)``."""
-        first, last = np.searchsorted(self.episode_ends, [start, stop - 1], "right")
-        return range(int(first), int(last) + 1)
-
-    def bounds(self, index: int) -> tuple[int, int]:
-        if not 0 <= index < self.num_episodes:
-            raise IndexError(f"robot {self.robot_id} has {self.num_episodes} episodes, not index {index}")
-        start = int(self.episode_ends[index - 1]) if index else 0
-        return start, int(self.episode_ends[index])
 
 
 class FleetStore:
     """Read-only view of every robot's committed episodes under one directory.
 
-    ``repairing`` holds the robots an interrupted ``dataset verify --repair`` has not finished
-    (robot id -> its journal record, ``dataset/repair.py``): until it has, their stores are not data.
+    ``repairing`` holds the robots an interrupted ``collect --repair`` has not finished
+    (robot id -> its journal record, ``collect/repair.py``): until it has, their stores are not data.
     """
 
     def __init__(self, path: Path, manifest: dict | None, shards: dict[int, Shard],

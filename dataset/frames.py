@@ -14,9 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from collect.shard import run_concurrently
 from dataset.chunks import DataError, check_present, damage_error, read_rows
-from dataset.fleet_store import Shard
+from dataset.shard import Shard, run_concurrently
 
 DEFAULT_CACHE_BYTES = 256 * 2**20
 
@@ -77,7 +76,7 @@ class InMemoryFrames(_FrameSource):
         if out is None:
             return array[indices]
         # mode="clip": with out=, numpy's default mode first gathers into a temporary buffer and copies it over
-        # (3-10x slower for image rows); the windows' indices are within range by construction.
+        # (a second pass over image rows); the windows' indices are within range by construction.
         return np.take(array.reshape(len(array), -1), indices, axis=0, out=out, mode="clip")
 
 
@@ -103,7 +102,7 @@ class StreamingFrames(_FrameSource):
     def _read_chunks(self, feature: str, wanted: list[tuple[int, int]]) -> list[np.ndarray]:
         """The chunks ``(shard_position, chunk)`` of a feature: cached ones, the rest read in one go.
 
-        zarr's per-read overhead (~1 ms) dwarfs decoding a chunk (~0.1 ms), so all the
+        zarr's per-read overhead dwarfs decoding a chunk (docs/performance.md), so all the
         misses of a batch are read concurrently in one call.
         """
         missing = [key for key in wanted if (feature, *key) not in self._cache]

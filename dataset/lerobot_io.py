@@ -41,12 +41,14 @@ from lerobot.datasets.lerobot_dataset import LeRobotDataset
 from lerobot.datasets.utils import DEFAULT_FEATURES
 from lerobot.datasets.video_utils import decode_video_frames
 
-from collect.manifest import write_store_manifest
-from collect.shard import EpisodeRecord, ShardWriter, storage_dtype, store_name
+from core.files import code_version, write_json_atomic
+from core.progress import progress_bar
 from dataset.fleet_store import FleetStore
 from dataset.inputs import camera_names, observation_names, select_features, select_inputs
+from dataset.manifest import write_store_manifest
+from dataset.shard import storage_dtype, store_name
+from dataset.writer import EpisodeRecord, ShardWriter
 from sim.fleet import SITES
-from sim.shared import code_version, progress_bar, write_json_atomic
 
 SIDECAR = "meta/robofleet.json"
 SIDECAR_VERSION = 1

@@ -10,7 +10,7 @@ blocks of several consecutive batches, each gathered in one vectorised call
 (``FleetWindowDataset`` accepts a list of indices) by one of ``num_workers`` DataLoader
 worker processes (alive across epochs, prefetching ahead), then split back into the
 batches. Fetching and handing over a block costs about what one batch would, so small
-batches come out several times faster; the batches are the same as without blocks.
+batches share that cost instead of each paying it; the batches are the same as without blocks.
 
 The blocks run on from one epoch into the next (``EpochBlocks``): the workers start on
 the next epoch's first blocks while the trainer finishes this one, instead of idling
@@ -30,7 +30,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampl
 
 DEFAULT_WORKERS = 2
 BLOCK_BYTES = 8 * 2**20  # a block of batches fetched (and handed over by a worker) at once
-MAX_BATCHES_PER_BLOCK = 32  # 16 gave 2 workers 20% fewer low-dim windows a second
+MAX_BATCHES_PER_BLOCK = 32  # low-dim batches are small: a block needs many to outweigh its hand-over
 
 
 def distributed_rank_and_world() -> tuple[int, int]:
@@ -123,7 +123,7 @@ def make_dataloader(
     to whether CUDA is available.
 
     ``num_workers=None`` picks 0 for an in-memory dataset, whose gather costs less than
-    handing a batch from a worker to the trainer (~1 ms here; see benchmarks/README.md),
+    handing a batch from a worker to the trainer (docs/performance.md),
     and ``DEFAULT_WORKERS`` for a streaming one, whose workers overlap chunk reads.
     """
     if num_workers is None:

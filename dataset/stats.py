@@ -26,9 +26,9 @@ import dask
 import dask.array as da
 import numpy as np
 
+from core.files import code_version, write_json_atomic
 from dataset.chunks import check_present, read_rows
 from dataset.fleet_store import FleetStore
-from sim.shared import code_version, write_json_atomic
 
 STATS_FILE = "stats.json"
 QUANTILES = {"q01": 0.01, "q99": 0.99}

@@ -16,7 +16,7 @@
    (committed episodes are never removed, so a shard may not hold fewer than it records).
 
 Only the committed range is checked, so a store that ``collect`` is still writing verifies clean.
-A robot under repair (an interrupted ``dataset verify --repair``, ``dataset/repair.py``) is
+A robot under repair (an interrupted ``collect --repair``, ``collect/repair.py``) is
 damage until a repair finishes it; its store in the directory is not checked.
 Notes are not damage: a store written before chunks carried checksums, bounds that could not
 be checked.
@@ -27,24 +27,23 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
 import dask
 import numpy as np
+import zarr
 from tqdm.dask import TqdmCallback
 from zarr.core.sync import sync  # runs a coroutine on zarr's own IO event loop
 
-from collect.manifest import MANIFEST, REPAIR_DIR
-from collect.shard import META_FIELDS, SCHEMA_VERSION, committed_count, run_concurrently, storage_dtype, store_name
+from core.errors import one_line
+from core.progress import progress_bar
 from dataset.chunks import chunk_rows, decode_failure, has_checksums, list_keys, may_be_absent, rows_label
+from dataset.fleet_store import FleetStore
+from dataset.manifest import MANIFEST, REPAIR_DIR
+from dataset.shard import (META_FIELDS, SCHEMA_VERSION, Shard, committed_count, run_concurrently, storage_dtype,
+                           store_name)
 from sim.fleet import RobotProfile
-from sim.shared import one_line, progress_bar
 from sim.tasks import resolve_task
-
-if TYPE_CHECKING:
-    import zarr
-
-    from dataset.fleet_store import FleetStore, Shard
 
 REQUIRED_ATTRS = ("schema_version", "task", "fps", "profile", "features")
 READ_BATCH_BYTES = 64 * 2**20  # decoded bytes read at once per array
@@ -113,9 +112,9 @@ def verify_store(store: FleetStore, check_data: bool = True, progress: bool = Fa
 
 
 def under_repair(store: FleetStore) -> list[Problem]:
-    """One problem for each robot that an interrupted ``dataset verify --repair`` has not finished."""
+    """One problem for each robot that an interrupted ``collect --repair`` has not finished."""
     return [Problem(store_name(robot_id), None, f"under repair: an interrupted repair set its damaged store aside "
-                                                f"in {REPAIR_DIR}/; run `dataset verify {store.path} --repair` to finish")
+                                                f"in {REPAIR_DIR}/; run `collect --repair {store.path}` to finish")
             for robot_id in sorted(store.repairing)]
 
 

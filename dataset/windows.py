@@ -170,9 +170,9 @@ class FleetWindowDataset(torch.utils.data.Dataset):
 def _views_of_one_buffer(layout) -> dict[str, torch.Tensor]:
     """Empty tensors of the given ``(name, shape, dtype)``s, all views of one allocation.
 
-    A DataLoader worker hands a batch to the training process through shared memory,
-    one segment per storage: one storage per batch instead of a dozen made batches
-    from 2 workers ~3x faster here.
+    A DataLoader worker hands a batch to the training process through shared memory, one
+    segment per storage, each created, mapped and closed: in one storage, a batch is one
+    segment instead of a dozen (docs/performance.md).
     """
     sizes = [math.prod(shape) * dtype.itemsize for _, shape, dtype in layout]
     aligned = [-(-size // 8) * 8 for size in sizes]  # every view starts 8-byte aligned

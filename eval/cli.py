@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import sys
 
+from core.errors import fail
+from core.options import parse_config
 from eval.config import EvalConfig
 from eval.engine import run_evaluation
 from eval.report import format_comparison, format_table, headline
-from sim.shared import fail, parse_config
 
 INTERRUPTED_EXIT = 130
 

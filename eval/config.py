@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
-from sim.shared import check_options
+from core.options import check_options
 
 
 @dataclass

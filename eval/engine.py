@@ -1,6 +1,6 @@
 """Runs an evaluation on dask: one task per robot (and per agent), progress, retries, the outputs.
 
-The cluster is collect's (``collect.engine.dask_client``): a ``LocalCluster`` of
+The cluster is the ground floor's (``core.cluster.dask_client``): a ``LocalCluster`` of
 worker processes by default, any cluster with ``--scheduler``. A task that raises is
 retried, and dask reschedules the task of a worker that dies; a robot's episodes are
 a pure function of its seeds, so a rerun gives the same records. With a remote
@@ -15,14 +15,16 @@ from pathlib import Path
 
 from distributed import as_completed
 
-from collect.engine import TASK_RETRIES, dask_client
+from collect.engine import TASK_RETRIES
+from core.cluster import dask_client
+from core.files import code_version
+from core.progress import progress_bar
 from eval.config import EvalConfig
 from eval.output import check_out, publish, staging, write_outputs
 from eval.plan import EvalPlan, make_plan
 from eval.report import comparison, evaluation_tables
 from eval.rollout import RobotJob, evaluate_robot
 from eval.video import pick_video_episodes
-from sim.shared import code_version, progress_bar
 
 
 def make_jobs(config: EvalConfig, plan: EvalPlan, video_dir: Path) -> list[RobotJob]:
@@ -39,7 +41,7 @@ def make_jobs(config: EvalConfig, plan: EvalPlan, video_dir: Path) -> list[Robot
 def run_jobs(config: EvalConfig, jobs: list[RobotJob]) -> tuple[list[dict], float]:
     """Every job's episode records, and the seconds from the first submit to the last result."""
     records: list[dict] = []
-    with dask_client(config, show_dashboard=not config.quiet) as client:
+    with dask_client(config.scheduler, config.workers, ("collect.worker",), show_dashboard=not config.quiet) as client:
         client.run(importlib.import_module, "eval.rollout")  # torch and mujoco load before the clock starts
         started = time.perf_counter()
         futures = {client.submit(evaluate_robot, job, retries=TASK_RETRIES, pure=False): job for job in jobs}

@@ -29,7 +29,8 @@ import matplotlib
 matplotlib.use("Agg")  # no display on workers and CI
 import matplotlib.pyplot as plt  # noqa: E402
 
-from sim.shared import check_output_directory, warn, write_json_atomic  # noqa: E402
+from core.errors import check_output_directory, warn  # noqa: E402
+from core.files import write_json_atomic
 
 EVAL_INFO = "eval_info.json"
 SITE_COLOURS = {"office": "tab:orange", "warehouse": "tab:brown", "factory": "tab:blue"}

@@ -20,14 +20,15 @@ from pathlib import Path
 
 import torch
 
-from collect.schema import features_of
+from core.errors import one_line, warn
+from core.files import from_repo, repo_relative
 from dataset import FleetStore
 from dataset.chunks import DataError, read_rows
 from dataset.inputs import IMAGE_PREFIX, PRIVILEGED_FEATURE, camera_names
+from dataset.schema import features_of
 from eval.config import EvalConfig
 from eval.lerobot_policy import LeRobotAgent, describe_lerobot_policy, is_lerobot_pretrained
 from sim.fleet import RobotProfile, episode_seed, make_robot
-from sim.shared import from_repo, one_line, repo_relative, warn
 from sim.tasks import resolve_task
 from train.checkpoint import Checkpoint, open_checkpoint
 from train.policies.policy import PolicySpec
@@ -148,7 +149,7 @@ def _training_store(checkpoint: Checkpoint | None) -> FleetStore | None:
         return None
     if store.repairing:
         raise ValueError(f"the training collection {store.path} has robot stores under repair (an interrupted "
-                         f"`dataset verify --repair`): run `dataset verify {store.path} --repair`, then evaluate")
+                         f"`collect --repair`): run `collect --repair {store.path}`, then evaluate")
     return store
 
 
@@ -157,7 +158,7 @@ def trained_seeds(store: FleetStore, robot_id: int) -> set[int]:
     shard = store.shards.get(robot_id)
     if shard is not None and shard.unreadable:
         raise DataError(f"the training collection's {shard.path.name}: {shard.unreadable}; "
-                        f"run `dataset verify {store.path} --repair`")
+                        f"run `collect --repair {store.path}`")
     if shard is None or not shard.num_episodes:
         return set()
     return set(read_rows(shard, "meta/episode_seed", 0, shard.num_episodes).tolist())

@@ -28,10 +28,10 @@ import mujoco
 import numpy as np
 import torch
 
+from core.errors import one_line
 from eval.lerobot_policy import LeRobotAgent, is_lerobot_pretrained
 from eval.video import write_mp4
 from sim.fleet import RobotProfile
-from sim.shared import one_line
 from sim.tasks import TaskSpec, resolve_task
 from train.checkpoint import load_policy
 

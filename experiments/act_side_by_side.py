@@ -36,10 +36,11 @@ from pathlib import Path
 
 from benchmarks.act_vs_lerobot import lerobot_command, lerobot_env, lerobot_shell, ours_command
 from benchmarks.common import machine_facts, write_results
+from core.files import repo_relative
+from core.options import check_options, parse_config
 from experiments.common import write_section
 from experiments.full_run import StageClock, evaluate_command, finished_evaluation, percent, seeds_of, trained_step
 from sim.fleet import SITES
-from sim.shared import check_options, parse_config, repo_relative
 
 NAME = "act_side_by_side"
 

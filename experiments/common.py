@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from sim.shared import REPO, fail
+from core.errors import fail
+from core.files import REPO
 
 
 def run_step(name: str, command: list[str], log: Path, env: dict[str, str] | None = None) -> float:

@@ -60,9 +60,11 @@ from benchmarks.gloo_latency import call_statistics, collectives
 from benchmarks.train_speed import window_figures
 from collect import CollectConfig
 from collect.engine import run_collection
+from core.errors import fail
+from core.files import REPO, repo_relative
+from core.options import check_options, parse_config
 from experiments.compute_scaling_report import report
 from experiments.step_model import int8_payload_bytes
-from sim.shared import REPO, check_options, fail, parse_config, repo_relative
 from train.checkpoint import load_policy
 from train.comm.compression import dequantize_int8, quantize_int8
 from train.comm.shm_all_reduce import MAX_SLOT_BYTES, SharedMemoryAllReduce

@@ -13,12 +13,13 @@ import os
 import statistics
 from pathlib import Path
 
+from core.errors import fail
+from core.files import repo_relative
 from experiments.common import milliseconds, write_section
 from experiments.compute_scaling_gpu import NO_NCCL_FIT, gpu_figures, gpu_text
 from experiments.step_model import (HOOK_TRANSPORT, TRANSPORT_ALGORITHMS, TRANSPORTS, PolicyCost, Setting, Transport,
                                     fit_transport, int8_payload_bytes, one_rank_rate, powersgd_bytes, predict,
                                     scaling_limit, straggler_s)
-from sim.shared import fail, repo_relative
 from train.comm.shm_all_reduce import MAX_SLOT_BYTES
 
 CHECK_TOLERANCE = 0.10  # the goal: every prediction within 10% of its measured point

@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from benchmarks.common import machine_facts, write_results
+from core.options import check_options, parse_config
 from experiments.common import write_section
 from experiments.full_run import StageClock, evaluate_command, finished_evaluation, percent, seeds_of, trained_step
 from sim.fleet import SITES
-from sim.shared import check_options, parse_config
 
 NAME = "distillation"
 GOALS = {"success_kept": 0.95, "parameters": 0.10, "latency_speedup": 5.0, "bytes_fewer": 10.0}

@@ -39,12 +39,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collect.manifest import read_manifest
+from core.files import repo_relative
+from core.options import check_choices, check_options, parse_config
 from dataset import FleetStore
 from dataset.episodes import select_episodes
+from dataset.manifest import read_manifest
 from experiments.fleet_learning_report import publish
 from experiments.full_run import StageClock, finished_evaluation, trained_step
-from sim.shared import check_choices, check_options, parse_config, repo_relative
 from train.checkpoint import Checkpoint, latest_checkpoint, open_checkpoint
 from train.fleet.accounting import seed_frames
 

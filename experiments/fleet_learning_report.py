@@ -14,9 +14,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks.common import machine_facts, write_results
+from core.files import REPO
 from experiments.common import write_section
 from sim.fleet import SITES
-from sim.shared import REPO
 
 
 def bc_points(task: str, frames_per_demo: float, setting: str) -> dict[str, list[dict]]:

@@ -35,13 +35,14 @@ from pathlib import Path
 import sim  # noqa: F401  (first: headless rendering before mujoco loads)
 
 from benchmarks.common import machine_facts, write_results
-from collect.engine import dask_client
-from collect.shard import store_bytes
+from core.cluster import dask_client
+from core.errors import fail
+from core.options import parse_config
 from dataset import FleetStore
+from dataset.shard import store_bytes
 from eval import EvalConfig, run_evaluation
 from experiments.common import REPO, run_step, write_section
 from sim.fleet import SITES
-from sim.shared import fail, parse_config
 from train.checkpoint import load_policy, open_checkpoint
 
 METHODS = ("single", "central", "fedavg", "personal")
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     results = {}
     # one cluster for federated training and evaluation
-    with dask_client(config, preload=("train.fed.fedavg",)) as client:
+    with dask_client(config.scheduler, config.workers, preload=("train.fed.fedavg",)) as client:
         scheduler = client.scheduler.address
         for method, training in training_commands(config, data, out, scheduler).items():
             seconds[method] = run_step(method, training, out / f"{method}.log")

@@ -47,9 +47,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from benchmarks.common import machine_facts, write_results
+from core.files import REPO, repo_relative
+from core.options import check_options, parse_config
 from experiments.common import merged_rows, run_step, write_section
 from sim.fleet import SITES
-from sim.shared import REPO, check_options, parse_config, repo_relative
 from train.checkpoint import latest_checkpoint, open_checkpoint
 from train.policies.policy import POLICIES, policy_class
 

@@ -27,10 +27,12 @@ import sim  # noqa: F401  (first: headless rendering before mujoco loads)
 import numpy as np
 
 from benchmarks.common import machine_facts, write_results
+from core.errors import fail
+from core.files import repo_relative
+from core.options import parse_config
 from experiments.common import merged_rows
 from sim.experts import squaring_turn
 from sim.fleet import SITES, make_robot
-from sim.shared import fail, parse_config, repo_relative
 from sim.tasks import resolve_task
 
 CUBE_TASKS = ("push", "pick_place", "stack")

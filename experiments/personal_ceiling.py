@@ -28,6 +28,9 @@ import sim  # noqa: F401  (first: headless rendering before mujoco loads)
 import torch
 
 from benchmarks.common import machine_facts, write_results
+from core.errors import fail
+from core.files import from_repo
+from core.options import parse_config
 from dataset import FleetStore
 from dataset.episodes import select_episodes
 from dataset.loader import make_dataloader
@@ -35,7 +38,6 @@ from dataset.windows import FleetWindowDataset, WindowSpec
 from eval import EvalConfig, run_evaluation
 from experiments.common import write_section
 from sim.fleet import SITES
-from sim.shared import fail, from_repo, parse_config
 from train.checkpoint import latest_checkpoint, load_policy, open_checkpoint
 from train.schedule import adamw
 

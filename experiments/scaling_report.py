@@ -7,18 +7,15 @@ import math
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from benchmarks.common import machine_facts, write_results
+from core.files import repo_relative
 from experiments.common import write_section
 from experiments.full_run import percent
+from experiments.scaling_config import ScalingConfig
 from sim.fleet import SITES
-from sim.shared import repo_relative
-
-if TYPE_CHECKING:
-    from experiments.scaling import ScalingConfig
 
 TARGET = 0.9  # success over the expert's that "reaches the expert"
 SWEEPS = ("robots", "episodes")

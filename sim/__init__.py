@@ -1,38 +1,50 @@
 """sim: the simulated robot fleet (robots, tasks, fleet variation, scripted experts).
 
 Importing ``sim`` registers the gymnasium envs ``robofleet/Reach-v0``,
-``robofleet/Push-v0``, ``robofleet/PickPlace-v0`` and ``robofleet/Stack-v0``.
+``robofleet/Push-v0``, ``robofleet/PickPlace-v0`` and ``robofleet/Stack-v0``. It registers
+them by reference, so that importing it loads neither the envs nor mujoco: ``gym.make``
+loads an env's module, and ``sim.ReachEnv`` or ``sim.resolve_task`` load theirs when first
+named. Readers of fleet data (``dataset info``) import the fleet's profiles without the physics.
 
 Importing it first also selects headless EGL rendering (``MUJOCO_GL=egl``) unless the
 variable is set: MuJoCo reads it once, when ``mujoco`` is first imported.
 """
 
+import importlib
 import os
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import gymnasium as gym  # noqa: E402
 
-from sim.envs.pick_place import PickPlaceEnv
-from sim.envs.push import PushEnv
-from sim.envs.reach import ReachEnv
-from sim.envs.stack import StackEnv
-from sim.fleet import SITES, RobotProfile, make_fleet, make_robot
-from sim.tasks import TaskSpec, available_tasks, resolve_task
+from sim.fleet import SITES, RobotProfile, make_fleet, make_robot  # noqa: E402
 
-ENV_CLASSES = {
-    "robofleet/Reach-v0": ReachEnv,
-    "robofleet/Push-v0": PushEnv,
-    "robofleet/PickPlace-v0": PickPlaceEnv,
-    "robofleet/Stack-v0": StackEnv,
+# env id -> (its class as module:name, its episode length in steps)
+ENVS = {
+    "robofleet/Reach-v0": ("sim.envs.reach:ReachEnv", 60),
+    "robofleet/Push-v0": ("sim.envs.push:PushEnv", 200),
+    "robofleet/PickPlace-v0": ("sim.envs.pick_place:PickPlaceEnv", 200),
+    "robofleet/Stack-v0": ("sim.envs.stack:StackEnv", 250),
 }
-for _env_id, _env_class in ENV_CLASSES.items():
+for _env_id, (_entry_point, _max_episode_steps) in ENVS.items():
     if _env_id not in gym.registry:
-        gym.register(
-            id=_env_id,
-            entry_point=f"{_env_class.__module__}:{_env_class.__name__}",
-            max_episode_steps=_env_class.default_max_episode_steps,
-        )
+        gym.register(id=_env_id, entry_point=_entry_point, max_episode_steps=_max_episode_steps)
+
+# What ``sim.NAME`` loads on first use: the env classes and the tasks (whose experts load mujoco)
+_LOADED_ON_USE = {
+    **{entry_point.split(":")[1]: entry_point.split(":")[0] for entry_point, _ in ENVS.values()},
+    "TaskSpec": "sim.tasks",
+    "available_tasks": "sim.tasks",
+    "resolve_task": "sim.tasks",
+}
+
+
+def __getattr__(name: str):
+    """``sim.ReachEnv``, ``sim.resolve_task`` and the rest of ``_LOADED_ON_USE``, imported when first named."""
+    if name not in _LOADED_ON_USE:
+        raise AttributeError(f"module 'sim' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LOADED_ON_USE[name]), name)
+
 
 __all__ = [
     "SITES",

@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from core.errors import fail
+from core.options import check_options, parse_config
+from core.progress import progress_bar
 from sim.fleet import episode_seed, make_fleet
 from sim.rollout import run_episode
-from sim.shared import check_options, fail, parse_config, progress_bar
 from sim.tasks import resolve_task
 
 

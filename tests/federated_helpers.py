@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.shared import parse_config
+from core.options import parse_config
 from train.fed.fedavg import ClientJob, ClientUpdate, train_client
 from train.fed.federated_config import FederatedConfig
 

@@ -12,14 +12,14 @@ import pytest
 import zarr
 from zarr.codecs import ZstdCodec
 
-from collect import CollectConfig
-from collect.engine import dask_client
-from collect.schema import features_of
-from collect.shard import (FRAMES_PER_CHUNK, SCHEMA_VERSION, WRITER_ZARR_CONFIG, EpisodeRecord, InlineLocalStore,
-                           InlineZstdCodec, ShardWriter, read_progress, store_name)
 from collect.worker import to_features
+from dataset.schema import features_of
+from dataset.shard import (FRAMES_PER_CHUNK, SCHEMA_VERSION, WRITER_ZARR_CONFIG, InlineLocalStore, InlineZstdCodec,
+                           read_progress, store_name)
+from dataset.writer import EpisodeRecord, ShardWriter
 from collect_helpers import (REPO, assert_same_stores, collect_command, collected, interrupt, run_collect,
                              start_collect, subprocess_env, wait_for_episodes)
+from core.cluster import dask_client
 from dataset import FleetStore
 from dataset.verify import verify_store
 from sim.fleet import episode_seed, make_robot
@@ -168,7 +168,7 @@ def test_another_cluster_on_dasks_default_port_leaves_collect_silent(tmp_path):
 
 def test_the_dashboard_link_is_printed_and_serves_dasks_dashboard(capsys):
     """bokeh is installed, so the scheduler serves the dashboard (without it, the page says "Dask needs bokeh")."""
-    with dask_client(CollectConfig(workers=1), show_dashboard=True) as client:
+    with dask_client(None, workers=1, show_dashboard=True) as client:
         with urllib.request.urlopen(client.dashboard_link, timeout=60) as response:
             assert response.status == 200 and "Dask Diagnostic UI" in response.read().decode()
     assert client.dashboard_link.endswith("/status")
@@ -180,7 +180,7 @@ def test_a_local_cluster_gives_the_caller_its_environment_back():
     training started from that process later inherited them. The workers keep dask's thread settings but not
     its MALLOC_TRIM_THRESHOLD_ (it slows torch), and the caller's environment is as it was."""
     before = dict(os.environ)
-    with dask_client(CollectConfig(workers=1)) as client:
+    with dask_client(None, workers=1) as client:
         (worker_environ,) = client.run(lambda: dict(os.environ)).values()
     assert dict(os.environ) == before
     assert worker_environ["OMP_NUM_THREADS"] == before.get("OMP_NUM_THREADS", "1")

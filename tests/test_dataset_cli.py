@@ -126,6 +126,8 @@ def test_bad_input_is_one_line_and_exit_two(pick_place_fleet, tmp_path):
     for arguments, message in ((["info", tmp_path / "nothing"], "no fleet store"),
                                (["stats", tmp_path / "nothing"], "no fleet store"),
                                (["verify", tmp_path / "no"], "no fleet store"),
+                               (["verify", pick_place_fleet, "--repair"],  # repair recollects: collect's
+                                f"`dataset verify --repair` moved to collect: run `collect --repair {pick_place_fleet}`"),
                                (["info", tmp_path / "empty"], "neither manifest.json nor robot_NNNN.zarr stores"),
                                (["info", one_robot], f"is a zarr store, not a fleet store: open the directory "
                                                      f"that holds the robot_NNNN.zarr stores and manifest.json "

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sim.shared import parse_config
+from core.options import parse_config
 
 
 def _demo(*arguments):

@@ -117,7 +117,7 @@ def test_a_damaged_store_is_one_line(pick_place_fleet, teacher, tmp_path, capsys
     fleet = shutil.copytree(pick_place_fleet, tmp_path / "fleet")
     flip_byte(fleet / "robot_0001.zarr" / "data" / "action" / "c.0.0")
     error = one_line_error(capsys, "--teacher", teacher, "--data", fleet, "--out", tmp_path / "student")
-    assert "robot_0001.zarr data/action chunk c.0.0" in error and f"dataset verify {fleet} --repair" in error
+    assert "robot_0001.zarr data/action chunk c.0.0" in error and f"collect --repair {fleet}" in error
     assert not (tmp_path / "student").exists()
 
 

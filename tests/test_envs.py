@@ -10,13 +10,14 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import sim
+from sim.envs.base import CAMERAS, CONTROL_FPS
 from sim.rollout import run_episode
 from sim.tasks import BUILTIN_TASKS
 
 ENV_IDS = [spec.env_id for spec in BUILTIN_TASKS.values()]
 
 
-@pytest.mark.parametrize("cameras", [(), sim.envs.base.CAMERAS], ids=["state", "cameras"])
+@pytest.mark.parametrize("cameras", [(), CAMERAS], ids=["state", "cameras"])
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_gymnasium_env_checker_passes(env_id, cameras):
     env = gym.make(env_id, cameras=cameras, image_size=64, render_mode="rgb_array")
@@ -31,7 +32,7 @@ def test_gymnasium_env_checker_passes(env_id, cameras):
         assert image.shape == (64, 64, 3) and image.dtype == np.uint8
         assert image.std() > 5  # a real rendered scene, not a blank frame
     assert env.render().shape == (480, 480, 3)
-    assert env.metadata["render_fps"] == sim.envs.base.CONTROL_FPS
+    assert env.metadata["render_fps"] == CONTROL_FPS
     env.close()
 
 
@@ -63,7 +64,7 @@ def test_success_flag_comes_every_step_and_episodes_truncate_at_the_time_limit()
         assert isinstance(info["is_success"], bool)
         if terminated or truncated:
             break
-    assert truncated and steps == sim.ReachEnv.default_max_episode_steps
+    assert truncated and steps == sim.ENVS["robofleet/Reach-v0"][1] == 60
 
 
 def _profile(**changes):

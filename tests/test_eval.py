@@ -16,6 +16,7 @@ import torch
 
 from collect_helpers import REPO, collected, git_status, subprocess_env
 from fault_helpers import assert_one_line
+import core.files
 from dataset import FleetStore
 from eval import EvalConfig, run_evaluation
 from eval.cli import main as evaluate_main
@@ -28,7 +29,6 @@ from sim.envs.reach import ReachEnv
 from sim.experts import ReachExpert
 from sim.fleet import SITES, episode_seed, make_robot
 from sim.rollout import run_episode
-import sim.shared
 from sim.tasks import TaskSpec, resolve_task
 from train.checkpoint import latest_checkpoint, load_policy, open_checkpoint
 
@@ -250,7 +250,7 @@ def _collection_moved(checkpoint, tmp_path, recorded: bool = False):
 
 def _collection_without_seed(checkpoint, tmp_path):
     content = open_checkpoint(checkpoint)
-    data = shutil.copytree(sim.shared.from_repo(content.data), tmp_path / "data")
+    data = shutil.copytree(core.files.from_repo(content.data), tmp_path / "data")
     manifest = json.loads((data / "manifest.json").read_text())
     del manifest["seed"]
     (data / "manifest.json").write_text(json.dumps(manifest))
@@ -425,7 +425,7 @@ def test_an_agent_that_raises_fails_the_episodes_of_its_wave_with_the_reason():
 
 
 def test_eval_info_records_the_checkpoint_relative_to_the_repository(checkpoint, monkeypatch):
-    monkeypatch.setattr(sim.shared, "REPO", checkpoint.parent.resolve())
+    monkeypatch.setattr(core.files, "REPO", checkpoint.parent.resolve())
     recorded = make_plan(EvalConfig(checkpoint=str(checkpoint), robots=1)).checkpoint_info["path"]
     assert recorded.startswith(f"{checkpoint.name}/checkpoints/")  # the run's latest checkpoint, from the "repository"
-    assert sim.shared.from_repo(recorded).is_dir()
+    assert core.files.from_repo(recorded).is_dir()

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from core.options import parse_config
 from experiments import full_run
 from experiments.common import merged_rows, write_section
-from sim.shared import parse_config
 from train.checkpoint import latest_checkpoint, open_checkpoint
 
 

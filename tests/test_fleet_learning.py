@@ -12,10 +12,10 @@ import zarr
 
 from collect.config import CollectConfig
 from collect_helpers import REPO, assert_same_stores
+from core.errors import CRASH_AT
 from dataset import FleetStore
 from dataset.episodes import select_episodes
 from sim.fleet import make_fleet
-from sim.shared import CRASH_AT
 from sim.tasks import BUILTIN_TASKS
 from train.checkpoint import open_checkpoint
 from train.fleet.deploy import EXPERT, LEDGERS, POLICY, Help, deploy_round

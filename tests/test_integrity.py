@@ -12,9 +12,9 @@ import shutil
 import pytest
 
 from collect.cli import main as collect_main
+from core.files import REPO
 from dataset.cli import main as dataset_main
 from eval.cli import main as evaluate_main
-from sim.shared import REPO
 from train.bc import main as bc_main
 from train.checkpoint import checkpoint_dir, open_checkpoint
 from train.distill import main as distill_main
@@ -140,7 +140,7 @@ def test_evaluate_stops_when_the_training_collections_episode_ends_are_damaged(f
     checkpoint.write(tmp_path / "checkpoint")
     assert exit_code_of(evaluate_main, ["--checkpoint", tmp_path / "checkpoint", "--out", tmp_path / "eval"]) == 2
     assert_one_line(capsys.readouterr().err, "robot_0001.zarr: meta/episode_ends is damaged",
-                    f"dataset verify {fleet} --repair")
+                    f"collect --repair {fleet}")
 
 
 def test_an_out_that_is_a_file_or_lies_under_one_is_one_line_in_every_command(pick_place_fleet, tmp_path, capsys):

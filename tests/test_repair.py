@@ -1,8 +1,8 @@
-"""``dataset verify --repair`` under a crash and on a task that is not deterministic (docs/reliability.md).
+"""``collect --repair`` under a crash and on a task that is not deterministic (docs/reliability.md).
 
 The crash tests damage two of three robots in a copy of a small collection and run repair as
 users do, in a subprocess that SIGKILLs its own process group at one step (``ROBOFLEET_CRASH_AT``,
-see ``sim.shared.crash_point``). Until a rerun finishes the repair, the manifest keeps every robot,
+see ``core.errors.crash_point``). Until a rerun finishes the repair, the manifest keeps every robot,
 ``dataset verify`` reports the robots under repair, ``dataset info`` shows them and training
 refuses the store; the rerun's store then equals the undamaged original, file for file.
 """
@@ -18,11 +18,11 @@ import pytest
 import zarr
 
 from collect_helpers import REPO, collected, subprocess_env
+from collect.repair import ASIDE
 from dataset.cli import main as dataset_main
-from dataset.repair import ASIDE
 from eval.cli import main as evaluate_main
 from fault_helpers import assert_one_line, exit_code_of, flip_byte
-from sim.shared import CRASH_AT
+from core.errors import CRASH_AT
 from train.bc import main as bc_main
 from train.checkpoint import open_checkpoint
 from train_helpers import QUICK
@@ -49,7 +49,7 @@ def damaged_copy(original, tmp_path):
 
 def repair(store, crash_at: str | None = None) -> subprocess.CompletedProcess:
     environment = {**subprocess_env(), **({CRASH_AT: crash_at} if crash_at else {})}
-    return subprocess.run([sys.executable, "-m", "dataset.cli", "verify", str(store), "--repair", "--workers", "1"],
+    return subprocess.run([sys.executable, "-m", "collect.cli", "--repair", str(store), "--workers", "1"],
                           capture_output=True, text=True, env=environment, cwd=REPO, timeout=300,
                           start_new_session=True)  # its own process group: the crash kills that group
 
@@ -76,7 +76,7 @@ def test_a_repair_killed_at_any_step_loses_nothing_and_a_rerun_finishes_it(reach
     assert all(f"robot_000{robot}.zarr: under repair" in printed for robot in (0, 2)), printed
     assert exit_code_of(bc_main, ["--data", store, "--out", tmp_path / "run", *QUICK]) == 2
     assert_one_line(capsys.readouterr().err, "2 robot store(s)", "under repair (robot_0000.zarr, robot_0002.zarr)",
-                    f"run `dataset verify {store} --repair`")
+                    f"run `collect --repair {store}`")
     dataset_main(["info", str(store)])
     shown = capsys.readouterr()
     assert shown.out.count("under repair") == 2 and "2 robot store(s) are not usable" in shown.err
@@ -84,7 +84,7 @@ def test_a_repair_killed_at_any_step_loses_nothing_and_a_rerun_finishes_it(reach
     trained_here.data = str(store)
     assert exit_code_of(evaluate_main, ["--checkpoint", trained_here.write(tmp_path / "checkpoint"),
                                         "--out", tmp_path / "eval"]) == 2
-    assert_one_line(capsys.readouterr().err, "has robot stores under repair", f"dataset verify {store} --repair")
+    assert_one_line(capsys.readouterr().err, "has robot stores under repair", f"collect --repair {store}")
 
     finished = repair(store)
     assert finished.returncode == 0 and finished.stdout.strip().endswith("OK"), finished.stderr[-3000:]

@@ -2,7 +2,7 @@
 
 Each kind of damage is found by ``dataset verify`` (exit 1, naming the shard and the array),
 refused by training with one line that names the shard, the array and the chunk, and
-repaired by ``dataset verify --repair`` into stores equal to the originals, bit for bit.
+repaired by ``collect --repair`` into stores equal to the originals, bit for bit.
 """
 
 import shutil
@@ -13,9 +13,10 @@ import zarr
 from zarr.codecs import ZstdCodec
 
 from collect_helpers import assert_same_stores
+from collect.cli import main as collect_main
+from collect.repair import ASIDE
 from dataset import FleetStore
 from dataset.cli import main as dataset_main
-from dataset.repair import ASIDE
 from fault_helpers import assert_one_line, exit_code_of, flip_byte, truncate
 from train.bc import main as bc_main
 from train_helpers import QUICK
@@ -55,7 +56,7 @@ def test_damage_is_found_by_verify_and_refused_by_training_in_one_line(request, 
 
     assert exit_code_of(bc_main, ["--data", copy, "--out", tmp_path / "run", *QUICK, *POLICY[fixture]]) == 2
     refused = capsys.readouterr().err
-    assert_one_line(refused, "robot_0001.zarr", array, reported, f"dataset verify {copy} --repair")
+    assert_one_line(refused, "robot_0001.zarr", array, reported, f"collect --repair {copy}")
     if array.startswith("data/"):  # a data chunk is named with the frames and episodes it holds
         assert_one_line(refused, f"chunk {chunk} (frames 0-", "episodes 0-")
     assert not (tmp_path / "run").exists()
@@ -71,7 +72,7 @@ def test_repair_recollects_exactly_the_damaged_robots_bit_for_bit(request, tmp_p
     intact = {path.name: path.stat().st_mtime_ns for path in copy.glob("robot_*.zarr")
               if int(path.stem.split("_")[1]) not in {robot for robot, *_ in damages}}
 
-    dataset_main(["verify", str(copy), "--repair", "--workers", "1"])
+    collect_main(["--repair", str(copy), "--workers", "1"])
     printed = capsys.readouterr().out
     damaged = sorted({robot for robot, *_ in damages} | ({1} if fixture == "pick_place_fleet" else set()))
     assert f"repaired: recollected robots {', '.join(map(str, damaged))}" in printed
@@ -83,7 +84,7 @@ def test_repair_recollects_exactly_the_damaged_robots_bit_for_bit(request, tmp_p
 
 def test_repair_of_a_clean_store_changes_nothing(pick_place_fleet, tmp_path, capsys):
     copy = shutil.copytree(pick_place_fleet, tmp_path / "fleet")
-    dataset_main(["verify", str(copy), "--repair"])
+    collect_main(["--repair", str(copy)])
     assert "repaired" not in capsys.readouterr().out
     assert_same_stores(pick_place_fleet, copy)
 
@@ -97,7 +98,7 @@ def test_values_outside_their_declared_bounds_are_reported_and_repaired(pick_pla
     (line,) = capsys.readouterr().out.splitlines()
     assert line == (f"robot_0002.zarr episode 1: data/action ee_dx = 7.5 at shard frame {frame} is outside its "
                     "declared bounds [-1, 1]")
-    dataset_main(["verify", str(copy), "--repair", "--workers", "1"])
+    collect_main(["--repair", str(copy), "--workers", "1"])
     assert_same_stores(pick_place_fleet, copy)
 
 

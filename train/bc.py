@@ -37,12 +37,14 @@ import torch  # noqa: E402
 import torch.distributed as dist
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
+from core.errors import fail, warn
+from core.files import code_version, repo_relative, write_json_atomic
+from core.options import parse_config
 from dataset.chunks import DataError, data_error_line
 from dataset.episodes import select_episodes, split_episodes
 from dataset.loader import make_dataloader
 from dataset.stats import fleet_stats
 from dataset.windows import FleetWindowDataset, WindowSpec
-from sim.shared import code_version, fail, parse_config, repo_relative, warn, write_json_atomic
 from train.checkpoint import Checkpoint, latest_checkpoint, newest_intact_checkpoint, restore_rng_state, rng_state
 from train.comm.comm_hooks import UnlabelledDistributedDataParallel, register_comm_hook
 from train.config import TrainConfig
@@ -195,7 +197,7 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None, r
         policy = torch.nn.SyncBatchNorm.convert_sync_batchnorm(policy)
         sync_batchnorm_layers = sum(isinstance(m, torch.nn.SyncBatchNorm) for m in policy.modules())
     # DDP broadcasts rank 0's buffers before every forward by default. Only BatchNorm's running statistics
-    # change in training; the normalisation buffers never do, and the broadcast would cost ~2 ms a step on CPU.
+    # change in training; the normalisation buffers never do, and the broadcast would be a collective a step.
     running_stats = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats
                         for m in policy.modules())  # _BatchNorm: every BatchNorm kind, SyncBatchNorm included
     model = policy
@@ -206,8 +208,7 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None, r
         for parameter in policy.parameters():
             parameter.grad = torch.zeros_like(parameter) if parameter.requires_grad else None
         # gradient_as_bucket_view: each .grad is a view into DDP's bucket, so the backward writes the gradients
-        # where the all-reduce reads them instead of copying them in and the averages back (2-rank CPU steps
-        # ~10% faster).
+        # where the all-reduce reads them instead of copying them in and the averages back.
         model = UnlabelledDistributedDataParallel(policy, bucket_cap_mb=config.bucket_cap_mb,
                                                   broadcast_buffers=running_stats, gradient_as_bucket_view=True)
         try:  # PowerSGD sends exact gradients during the warmup, compressed ones after it

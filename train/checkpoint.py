@@ -43,7 +43,7 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from sim.shared import one_line, warn
+from core.errors import one_line, warn
 from train.policies.policy import Policy, PolicySpec, make_policy
 
 LAST = "last"

@@ -9,8 +9,9 @@ They both extend ``DataOptions`` too, the options about the fleet store they rea
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from core.errors import check_output_directory
+from core.options import check_choices, check_options
 from dataset.inputs import INPUTS
-from sim.shared import check_choices, check_options, check_output_directory
 from train.comm.comm_hooks import COMM_HOOKS
 
 VISION_BACKBONES = ("small", "resnet18")  # train/policies/vision.py

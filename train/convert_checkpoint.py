@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sim.shared import fail, one_line
+from core.errors import fail, one_line
 from train.checkpoint import LAST, TRAINING_STATE, Checkpoint, checkpoint_dir
 from train.policies.policy import PolicySpec
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collect.manifest import MANIFEST
-from collect.shard import store_name
+from core.errors import fail, warn
 from dataset import FleetStore
-from sim.shared import fail, warn
+from dataset.manifest import MANIFEST
+from dataset.shard import store_name
 from train.config import TrainConfig
 from train.fed.federated_config import FederatedConfig
 
@@ -34,17 +34,17 @@ def open_training_store(config: TrainConfig | FederatedConfig, quiet: bool = Fal
         fail(str(error))
     if store.repairing:
         fail(f"{len(store.repairing)} robot store(s) of {store.path} are under repair "
-             f"({store_names(sorted(store.repairing))}): an interrupted `dataset verify --repair` has not finished; "
-             f"run `dataset verify {store.path} --repair`")
+             f"({store_names(sorted(store.repairing))}): an interrupted `collect --repair` has not finished; "
+             f"run `collect --repair {store.path}`")
     if store.missing_robots and not config.allow_missing_robots:
         fail(f"{missing_stores(store)}; rerun the collect command that made {store.path} to collect them again, "
              "or pass --allow-missing-robots to train on the rest")
     if store.missing_robots and not quiet:
         warn(f"{missing_stores(store)}; training on the other {len(store.robots)} (--allow-missing-robots)")
     if damaged := [shard for shard in store.shards.values() if shard.unreadable]:
-        fail(f"{damaged[0].path.name}: {damaged[0].unreadable}; run `dataset verify {store.path} --repair`")
+        fail(f"{damaged[0].path.name}: {damaged[0].unreadable}; run `collect --repair {store.path}`")
     if short := store.short_robots:
         shard, recorded = store.shards[short[0]], store.manifest["robots"][str(short[0])]["episodes"]
         fail(f"{shard.path.name} shows {shard.num_episodes} committed episodes, {MANIFEST} records {recorded}: "
-             f"its meta/episode_ends are damaged; run `dataset verify {store.path} --repair`")
+             f"its meta/episode_ends are damaged; run `collect --repair {store.path}`")
     return store

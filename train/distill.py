@@ -39,12 +39,13 @@ if __name__ == "__main__":  # a torchrun restart of inputs that failed before en
 import torch  # noqa: E402
 import torch.distributed as dist
 
+from core.errors import fail, one_line, warn
+from core.options import parse_config
 from dataset import FleetStore
 from dataset.chunks import DataError
 from dataset.episodes import EpisodeRef, select_episodes
 from dataset.stats import fleet_stats
 from dataset.windows import WindowSpec
-from sim.shared import fail, one_line, parse_config, warn
 from train.bc import join_process_group, run_training
 from train.checkpoint import load_policy
 from train.config import TrainConfig

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from sim.shared import fail
+from core.errors import fail
 from train.checkpoint import load_policy
 from train.policies.policy import Normalizer, module_key
 

@@ -43,12 +43,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from collect.engine import dask_client
+from core.cluster import dask_client
+from core.errors import fail
+from core.files import code_version, repo_relative, write_json_atomic
+from core.options import parse_config
+from core.progress import progress_bar
 from dataset import FleetStore
 from dataset.chunks import DataError
 from dataset.episodes import select_episodes
 from dataset.stats import fleet_stats
-from sim.shared import code_version, fail, parse_config, progress_bar, repo_relative, write_json_atomic
 from train.checkpoint import Checkpoint, latest_checkpoint, newest_intact_checkpoint, rng_state
 from train.comm.compression import decode_update, payload_bytes
 from train.data import open_training_store
@@ -335,7 +338,7 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
 
     with contextlib.ExitStack() as stack:
         try:
-            client = stack.enter_context(dask_client(config, preload=("train.fed.fedavg",),
+            client = stack.enter_context(dask_client(config.scheduler, config.workers, preload=("train.fed.fedavg",),
                                                      show_dashboard=not config.quiet))
         except ValueError as error:  # an unreachable --scheduler
             fail(str(error))

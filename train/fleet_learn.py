@@ -45,11 +45,12 @@ if __name__ == "__main__":  # a torchrun restart of inputs that failed before en
 import torch.distributed as dist  # noqa: E402
 
 from collect.config import CollectConfig
-from collect.manifest import read_manifest
+from core.errors import crash_point, fail
+from core.files import repo_relative, write_json_atomic
+from core.options import check_choices, check_options, parse_config
 from dataset import FleetStore
 from dataset.episodes import select_episodes
-from sim.shared import (check_choices, check_options, crash_point, fail, parse_config, repo_relative,
-                        write_json_atomic)
+from dataset.manifest import read_manifest
 from train.bc import join_process_group, run_training
 from train.checkpoint import latest_checkpoint, open_checkpoint
 from train.config import TrainConfig

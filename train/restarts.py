@@ -21,7 +21,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from sim.shared import Failure, write_json_atomic
+from core.errors import Failure
+from core.files import write_json_atomic
 
 RECORD = ".failed.json"
 
@@ -64,7 +65,7 @@ def remember_failure(argv: list[str], message: str) -> None:
 
 @contextlib.contextmanager
 def failures_remembered(argv: list[str]) -> Iterator[None]:
-    """Around a training command's work: a one-line failure (``sim.shared.fail``) is remembered for
+    """Around a training command's work: a one-line failure (``core.errors.fail``) is remembered for
     torchrun's restarts (``remember_failure``) on its way out."""
     try:
         yield

@@ -9,8 +9,8 @@ starts and back up when it ends. ``--threads N`` fixes the count instead.
 
 Why: torch's default is one thread per core in every process. Two runs on one host
 then put two threads on each core, and OpenMP threads that wait for each other at every
-parallel region each lose a scheduler slice: two bc.py runs on 2 cores trained 10-50x
-slower than with one thread each.
+parallel region each lose a scheduler slice: two bc.py runs on one host trained many
+times slower than with one thread each (docs/performance.md).
 """
 
 from __future__ import annotations

@@ -58,7 +58,6 @@ class ArmEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": CONTROL_FPS}
     environment_state_names: tuple[str, ...]  # set by each task
-    default_max_episode_steps: int
 
     def __init__(
         self,
@@ -211,8 +210,8 @@ class ArmEnv(gym.Env):
     def render_camera(self, camera: str, size: tuple[int, int], shadows: bool = True) -> np.ndarray:
         """An RGB uint8 image (H, W, 3) from one of the scene's cameras.
 
-        Observation images are rendered without shadows: with software OpenGL
-        (llvmpipe, as on CPU-only machines) shadows make rendering 3.5x slower.
+        Observation images are rendered without shadows: with software OpenGL (llvmpipe,
+        as on CPU-only machines) shadows multiply the rendering time (docs/performance.md).
         """
         renderer = self._renderers.get(size)
         if renderer is None:

@@ -52,7 +52,6 @@ class PushEnv(CubeEnv):
     friction, the table's friction and height, and the goal tolerance.
     """
 
-    default_max_episode_steps = 200
 
     def _reset_task(self) -> None:
         _, goal_xy = self._place_object_and_goal_xy()

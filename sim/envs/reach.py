@@ -62,7 +62,6 @@ class ReachEnv(ArmEnv):
     """
 
     environment_state_names = ("goal_x", "goal_y", "goal_z")
-    default_max_episode_steps = 60
 
     def _reset_task(self) -> None:
         goal_xy = self.sample_table_point(margin=0.0)

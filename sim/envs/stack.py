@@ -57,7 +57,6 @@ class StackEnv(CubeEnv):
         "object_x", "object_y", "object_z", "object_qw", "object_qx", "object_qy", "object_qz",
         "base_x", "base_y", "base_z", "base_qw", "base_qx", "base_qy", "base_qz",
     )
-    default_max_episode_steps = 250
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -36,7 +36,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
-from sim.shared import one_line
+from core.errors import one_line
 from train.comm.compression import dequantize_int8, quantize_int8
 from train.comm.shm_all_reduce import SharedMemoryAllReduce
 from train.comm.socket_ring import SocketRing
@@ -49,10 +49,8 @@ class UnlabelledDistributedDataParallel(DistributedDataParallel):
 
     DDP's forward runs inside ``record_function("DistributedDataParallel.forward")``, a range
     that only torch.profiler traces show. Entering and leaving it goes through TorchScript's
-    operator machinery, whose code is cold between training steps: in a 1-rank micro-benchmark
-    of the default mlp's layers (batch 256, one thread) it cost 76 us of the 182 us that DDP
-    adds to a 1.44 ms forward and backward, and 2-rank training runs 2% faster without it.
-    The body is DDP's own.
+    operator machinery, whose code is cold between training steps: it was most of what DDP
+    adds to a small model's forward (docs/performance.md). The body is DDP's own.
     """
 
     def forward(self, *inputs, **kwargs):

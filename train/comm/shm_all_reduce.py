@@ -4,11 +4,11 @@ This is the default between CPU ranks that share a host (``train/comm/comm_hooks
 socket ring (``train/comm/socket_ring.py``) serves ranks on several hosts.
 
 Why: between two ranks of a small VM, what the socket ring's all-reduce costs is not the
-bytes but waking the rank that waits for its neighbour's bytes (0.26 ms for 0.4 MB, where
-the copies take 0.05 ms). Here every rank maps one memory segment, copies its tensor into
-its own slot, publishes how many calls it has made, and spins until every rank has
-published the same call; then each rank sums the slots in rank order, so all of them end
-with the same bytes. Nothing sleeps and nothing is woken while the ranks keep pace.
+bytes but waking the rank that waits for its neighbour's bytes (docs/performance.md). Here
+every rank maps one memory segment, copies its tensor into its own slot, publishes how
+many calls it has made, and spins until every rank has published the same call; then each
+rank sums the slots in rank order, so all of them end with the same bytes. Nothing sleeps
+and nothing is woken while the ranks keep pace.
 
 - **Memory order.** A rank writes its slot, then its call counter; a reader reads the
   counter, then the slot. x86-64 keeps stores in order and loads in order, so a rank that
@@ -100,8 +100,7 @@ class SharedMemoryAllReduce:
         """Sum ``scale`` x the contiguous CPU ``tensor`` over the ranks, in place; returns it.
 
         ``scale=1 / world_size`` averages: the scaling rides on the copy into this rank's
-        slot instead of taking a pass of its own (with the default mlp's 0.4 MB of gradients,
-        0.152 against 0.166 ms a step besides the waiting, in 2-rank training). With a
+        slot instead of taking a pass of its own over the gradients. With a
         power-of-two scale the bytes are those of scaling the sum afterwards.
         """
         if self.world_size == 1:

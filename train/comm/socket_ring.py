@@ -1,15 +1,16 @@
 """A ring all-reduce over direct TCP sockets, run on the thread that needs the result.
 
-This is the transport of the ``ring`` comm hook (``train/comm/comm_hooks.py``), the default
-between CPU ranks.
+This is the transport of the ``ring`` comm hook (``train/comm/comm_hooks.py``), for CPU ranks
+on several hosts; between ranks on one host ``auto`` picks the shared-memory all-reduce
+(``train/comm/shm_all_reduce.py``), and falls back to this ring where they cannot share memory.
 
 Why not gloo's all-reduce there: gloo hands each call from the training thread to one of
 its worker threads, and each message that arrives from its I/O thread to that worker and
 back. Every hand-off wakes a thread, and on a small VM a woken thread can wait for the
-next scheduler tick (4 ms at 250 Hz) before it runs: between two ranks of the 2-core VM,
-one gloo all-reduce in ten takes 4 ms or more (mean 1.4 ms) for 0.4 MB that the loopback
-carries in 0.1 ms. Here the training thread sends and receives the bytes itself, so the
-only wake-up left is that of a rank waiting for its neighbour's bytes to arrive.
+next scheduler tick before it runs, so an all-reduce takes many times what the loopback
+needs to carry its bytes (docs/performance.md). Here the training thread sends and
+receives the bytes itself, so the only wake-up left is that of a rank waiting for its
+neighbour's bytes to arrive.
 
 The ring: rank r sends to rank r+1 and receives from rank r-1 (modulo the world size).
 The tensor is cut into one chunk per rank. In N-1 steps each rank adds the chunk it

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from sim.shared import check_choices, check_options, check_output_directory
+from core.errors import check_output_directory
+from core.options import check_choices, check_options
 from train.comm.compression import COMPRESSIONS
 from train.config import DataOptions, PolicyOptions
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from distributed import Client, wait
 
-from sim.shared import one_line
+from core.errors import one_line
 from train.fed.fedavg import ClientJob, ClientUpdate
 
 log = logging.getLogger(__name__)

@@ -26,11 +26,13 @@ import numpy as np
 
 from collect.config import CollectConfig
 from collect.engine import TASK_RETRIES, CollectionSummary, probe_task, run_robot_tasks
-from collect.schema import features_of
-from collect.shard import EpisodeRecord, ShardWriter, store_name
 from collect.worker import PROGRESS_TOPIC, Actor, RobotReport, to_features
+from core.errors import crash_point
+from core.files import code_version, write_json_atomic
+from dataset.schema import features_of
+from dataset.shard import store_name
+from dataset.writer import EpisodeRecord, ShardWriter
 from sim.fleet import RobotProfile, episode_seed
-from sim.shared import code_version, crash_point, write_json_atomic
 from sim.tasks import resolve_task
 from train.checkpoint import load_policy, open_checkpoint
 from train.fleet.driver import FleetDriver

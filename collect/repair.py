@@ -1,4 +1,4 @@
-"""``dataset verify --repair``: recollect exactly the robots whose stores are damaged.
+"""``collect --repair``: recollect exactly the robots whose stores are damaged.
 
 An episode is a pure function of the fleet seed, the robot and its attempt index, so a
 damaged robot's store can be made again bit for bit. Repair works in four steps, and a crash
@@ -27,12 +27,13 @@ from pathlib import Path
 
 from collect.config import CollectConfig
 from collect.engine import run_collection
-from collect.manifest import MANIFEST, REPAIR_DIR, REPAIR_JOURNAL, robot_entry
-from collect.shard import store_name
+from core.errors import crash_point
+from core.files import write_json_atomic
 from dataset.chunks import read_rows
 from dataset.fleet_store import FleetStore
+from dataset.manifest import MANIFEST, REPAIR_DIR, REPAIR_JOURNAL, robot_entry
+from dataset.shard import store_name
 from dataset.verify import Problem, under_repair, verify_shard, verify_store
-from sim.shared import crash_point, write_json_atomic
 
 ASIDE = REPAIR_DIR
 
@@ -55,7 +56,7 @@ def _config(path: Path, manifest: dict, workers: int, quiet: bool) -> CollectCon
     fields = CollectConfig.__dataclass_fields__
     original = {key: value for key, value in manifest["collect_config"].items() if key in fields}
     return CollectConfig(**{**original, "out": str(path), "workers": workers, "quiet": quiet, "scheduler": None,
-                            "overwrite": False})
+                            "overwrite": False, "repair": None})
 
 
 def _record(store: FleetStore, robot: int, problems: list[Problem], episodes: int) -> dict:

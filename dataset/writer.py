@@ -1,35 +1,4 @@
-"""One robot's zarr store (a shard): the on-disk format and its only writer.
-
-Layout of ``OUT/robot_0042.zarr`` (zarr v3), in the style of diffusion_policy's
-ReplayBuffer:
-
-    data/<feature>        every frame of every committed episode, concatenated in time
-    meta/episode_ends     int64, cumulative frame count after each episode (fill 0)
-    meta/episode_index    int64, the episode's attempt index for this robot
-    meta/episode_seed     int64, the reset seed (a pure function of fleet seed, robot, index)
-    meta/episode_success  bool
-    meta/episode_length   int64
-    attrs                 schema_version, task, env_id, fps, profile, features,
-                          failed_episodes (attempts dropped as failures)
-
-Beside it, the hidden ``OUT/.robot_0042.zarr.lock`` is the writer's lock file.
-
-Every chunk carries a crc32c checksum (zarr's ``crc32c`` codec after the compressor), so
-a reader notices a flipped bit, a truncated or an overwritten chunk (``dataset.chunks``).
-
-Chunk keys use zarr's "." separator (``data/action/c.0.0``), so an array's chunks
-sit in its own directory: with the default features a store has 13 directories, not 33.
-
-**Commit protocol.** Episodes are committed in batches, and each one only becomes
-visible when complete. A store appears with its first batch: the writer builds it
-whole in memory, writes it out under a hidden name and renames it into place. Later
-batches are appended in place: the data arrays and the other meta arrays are
-written first. ``meta/episode_ends`` is written last, and its new entries are the
-commit. Every key write of zarr's LocalStore is atomic (temp file + rename), but
-resizing an array writes its metadata before its chunk. So a reader trusts only the
-leading run of strictly increasing positive ``episode_ends``: a trailing 0 is an
-episode mid-commit. On open the writer cuts away anything past the last commit.
-"""
+"""``ShardWriter``: the only writer of a robot's store, by the commit protocol of ``dataset.shard``."""
 
 from __future__ import annotations
 
@@ -44,87 +13,11 @@ from pathlib import Path
 import numpy as np
 import zarr
 from zarr.api import asynchronous as zarr_async
-from zarr.abc.store import ByteRequest
-from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
-from zarr.core.array_spec import ArraySpec
-from zarr.core.buffer import Buffer, BufferPrototype
+from zarr.core.buffer import Buffer
 from zarr.core.sync import sync  # runs a coroutine on zarr's own IO event loop
-from zarr.registry import fully_qualified_name, register_codec
 
-SCHEMA_VERSION = 1
-FRAMES_PER_CHUNK = 1024  # low-dim features: ~80 KB chunks; a training window reads one or two
-IMAGE_FRAMES_PER_CHUNK = 32  # 96x96x3 images: ~0.9 MB chunks before compression
-META_CHUNK = 4096
-META_FIELDS = ("episode_index", "episode_seed", "episode_success", "episode_length")
-CHUNK_KEYS = {"name": "default", "separator": "."}
-META_CODECS = [ZstdCodec(level=0), Crc32cCodec()]  # zarr's default compressor, plus the checksum
-
-
-def store_name(robot_id: int) -> str:
-    return f"robot_{robot_id:04d}.zarr"
-
-
-def committed_count(episode_ends: np.ndarray) -> int:
-    """Number of committed episodes: the leading run of strictly increasing positive ends."""
-    if len(episode_ends) == 0:
-        return 0
-    valid = (episode_ends > 0) & (np.diff(episode_ends, prepend=0) > 0)
-    return len(episode_ends) if valid.all() else int(np.argmin(valid))
-
-
-def storage_dtype(feature: dict) -> np.dtype:
-    """The numpy dtype a LeRobot-style feature is stored with (images are uint8)."""
-    return np.dtype("uint8" if feature["dtype"] in ("image", "video") else feature["dtype"])
-
-
-def _array_layout(feature: dict) -> dict:
-    """Chunks and codecs for a feature: time-chunked, images with blosc-zstd, every chunk checksummed."""
-    shape = tuple(feature["shape"])
-    if feature["dtype"] in ("image", "video"):
-        codec = BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")
-        return {"chunks": (IMAGE_FRAMES_PER_CHUNK, *shape), "compressors": [codec, Crc32cCodec()],
-                "chunk_key_encoding": CHUNK_KEYS}
-    return {"chunks": (FRAMES_PER_CHUNK, *shape), "compressors": [ZstdCodec(level=3), Crc32cCodec()],
-            "chunk_key_encoding": CHUNK_KEYS}
-
-
-class InlineLocalStore(zarr.storage.LocalStore):
-    """zarr's LocalStore, doing its reads and writes inline on zarr's event loop.
-
-    LocalStore hands every file read and write to a thread (``asyncio.to_thread``). A
-    shard's files are small and local, so on the 2-core VM that hand-off costs as much
-    as the file operation itself: about 60 of them a robot, 7 ms of its 30 ms of store
-    work. Writes stay atomic (``set_sync`` writes a temporary file and renames it).
-    """
-
-    async def get(self, key: str, prototype: BufferPrototype | None = None,
-                  byte_range: ByteRequest | None = None) -> Buffer | None:
-        return self.get_sync(key, prototype=prototype, byte_range=byte_range)
-
-    async def set(self, key: str, value: Buffer) -> None:
-        self.set_sync(key, value)
-
-
-class InlineZstdCodec(ZstdCodec):
-    """zarr's ZstdCodec, compressing inline on zarr's event loop instead of in a thread.
-
-    The same trade as ``InlineLocalStore``: a low-dim chunk compresses in tens of
-    microseconds, less than the thread hand-off. Its metadata is plain ``zstd``, so any
-    zarr reader opens what it writes.
-    """
-
-    async def _encode_single(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer | None:
-        return self._encode_sync(chunk_bytes, chunk_spec)
-
-    async def _decode_single(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer:
-        return self._decode_sync(chunk_bytes, chunk_spec)
-
-
-register_codec("zstd", InlineZstdCodec)  # selectable by name; zarr's default stays its own ZstdCodec
-# The zarr settings a writer opens its arrays with: zstd inline, and every chunk written even
-# when all of it equals the fill value (zarr's check for that compares the whole chunk on each
-# write). Together they take an append from 1.9 to 1.1 ms.
-WRITER_ZARR_CONFIG = {"codecs.zstd": fully_qualified_name(InlineZstdCodec), "array.write_empty_chunks": True}
+from dataset.shard import (CHUNK_KEYS, META_CHUNK, META_CODECS, META_FIELDS, SCHEMA_VERSION, WRITER_ZARR_CONFIG,
+                           InlineLocalStore, array_layout, committed_count, run_concurrently, storage_dtype)
 
 
 @dataclass
@@ -261,7 +154,7 @@ class ShardWriter:
                                     *((self.meta[n], v) for n, v in meta_columns.items())]))
             except (ValueError, RuntimeError) as error:  # appending decodes the last partial chunk: damaged
                 raise ValueError(f"{self.path.name} cannot be appended to, a chunk in it is damaged ({error}); "
-                                 f"run `dataset verify {self.path.parent} --repair` first") from None
+                                 f"run `collect --repair {self.path.parent}` first") from None
         if failed_indices:
             self.failed = sorted({*self.failed, *failed_indices})
             self.root = sync(self.root.update_attributes({"failed_episodes": self.failed}))
@@ -269,15 +162,6 @@ class ShardWriter:
             sync(self.meta["episode_ends"].append(self.num_frames + np.cumsum(lengths)))  # the commit
             self.num_episodes += len(episodes)
             self.num_frames += int(lengths.sum())
-
-
-def run_concurrently(awaitables, return_exceptions: bool = False) -> list:
-    """Run zarr coroutines together on zarr's IO event loop; their results in order."""
-    return sync(_gather(awaitables, return_exceptions))
-
-
-async def _gather(awaitables, return_exceptions: bool = False):
-    return await asyncio.gather(*awaitables, return_exceptions=return_exceptions)
 
 
 async def _append_each(pairs) -> None:
@@ -290,7 +174,7 @@ async def _build_skeleton(store: zarr.abc.store.Store, features: dict[str, dict]
     root = await zarr_async.open_group(store, mode="w")
     data, meta = await asyncio.gather(root.create_group("data"), root.create_group("meta"))
     await asyncio.gather(
-        *(data.create_array(name, shape=(0, *feature["shape"]), dtype=storage_dtype(feature), **_array_layout(feature))
+        *(data.create_array(name, shape=(0, *feature["shape"]), dtype=storage_dtype(feature), **array_layout(feature))
           for name, feature in features.items()),
         meta.create_array("episode_ends", shape=(0,), chunks=(META_CHUNK,), dtype="int64", fill_value=0,
                           compressors=META_CODECS, chunk_key_encoding=CHUNK_KEYS),
@@ -307,7 +191,7 @@ def _empty_store_files(features: dict[str, dict]) -> dict[str, Buffer]:
     """The files of an empty store for this schema (key in the store: content), made once per process.
 
     Copied into a ``MemoryStore``, they are a new store. Creating the arrays through zarr
-    for every store cost 35-60 ms on the 2-core VM.
+    for every store cost more than writing its first batch (docs/performance.md).
     """
     key = json.dumps(features, sort_keys=True)
     if key not in _TEMPLATES:
@@ -315,40 +199,3 @@ def _empty_store_files(features: dict[str, dict]) -> dict[str, Buffer]:
         sync(_build_skeleton(zarr.storage.MemoryStore(files), features))
         _TEMPLATES[key] = files
     return _TEMPLATES[key]
-
-
-def store_bytes(path: Path) -> int:
-    """Bytes on disk under ``path``."""
-    return sum(entry.stat().st_size for entry in Path(path).rglob("*") if entry.is_file())
-
-
-
-@dataclass
-class ShardProgress:
-    """What a store holds right now, read without taking the writer's lock."""
-
-    episodes: int = 0
-    frames: int = 0
-    site: str | None = None
-    settled_indices: frozenset[int] = frozenset()
-    failed_indices: frozenset[int] = frozenset()
-
-
-def read_progress(path: Path) -> ShardProgress:
-    """Committed episodes, frames and settled attempt indices of a store (empty if absent)."""
-    if not (Path(path) / "zarr.json").exists():
-        return ShardProgress()
-    root = zarr.open_group(path, mode="r")
-    if "schema_version" not in root.attrs:
-        return ShardProgress()
-    ends = root["meta/episode_ends"][:]
-    count = committed_count(ends)
-    committed = root["meta/episode_index"][:count].tolist()
-    failed = frozenset(root.attrs.get("failed_episodes", []))
-    return ShardProgress(
-        episodes=count,
-        frames=int(ends[count - 1]) if count else 0,
-        site=root.attrs.get("profile", {}).get("site"),
-        settled_indices=frozenset(committed) | failed,
-        failed_indices=failed,
-    )

@@ -1,8 +1,4 @@
-"""The helpers every stage's commands share: configs from the command line, one-line errors and
-warnings, progress bars, the code version, atomic JSON files.
-
-It lives in sim/, the bottom layer, so that every later stage (collect, dataset, train,
-eval) and the benchmarks and experiments can import it.
+"""Configs from the command line: each command's options are the fields of a config dataclass.
 
 Each field of a config dataclass becomes a ``--field-name`` option with the field's
 default, its type and the help text from ``field(metadata={"help": ...})``. Booleans
@@ -10,34 +6,20 @@ become ``--flag`` / ``--no-flag`` pairs; tuples take several values. A field wit
 ``metadata={"positional": True}`` (and no default) is a positional argument instead.
 
 Commands with subcommands (``dataset info PATH``) give each subcommand its own
-config dataclass: see ``parse_subcommand``. The commands' progress bars come from
-``progress_bar``, their one-line errors from ``fail`` (and warnings from ``warn``); the
-files they rewrite in place (manifests, config.json, caches) are written by
-``write_json_atomic``; ``code_version`` is what they record as the code that ran, and ``repo_relative`` how
-they record paths.
+config dataclass: see ``parse_subcommand``. The range and choice checks of a config's
+``__post_init__`` (``check_options``, ``check_choices``) raise ``ValueError``, which the
+parser turns into a one-line error.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
-import importlib.metadata
-import json
-import os
-import signal
-import subprocess
-import sys
-import tempfile
 import types
 import typing
-from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
-from tqdm import tqdm
-
 ConfigT = TypeVar("ConfigT")
-REPO = Path(__file__).resolve().parent.parent  # the repository root (the package is installed in place)
 
 
 def _with_default(help_text: str, default) -> str:
@@ -130,99 +112,3 @@ def check_choices(config: object, choices: dict[str, Sequence[str]]) -> None:
         if value not in allowed:
             raise ValueError(f"--{name.replace('_', '-')} must be one of {', '.join(filter(None, allowed))}, "
                              f"got {value!r}")
-
-
-class Failure(SystemExit):
-    """How ``fail`` exits: the one-line error is printed; ``message`` keeps it for whoever records it."""
-
-    def __init__(self, message: str, code: int):
-        super().__init__(code)
-        self.message = message
-
-
-def check_output_directory(path: str | Path, name: str = "--out", replaceable: bool = False) -> None:
-    """Refuse ``path`` as a directory to make where a file is in the way: ``path`` itself (unless
-    ``replaceable``: the command replaces it) or a folder above it. Raises ``ValueError`` naming ``name``."""
-    path = Path(path)
-    for ancestor in (path, *path.parents):
-        if ancestor.is_dir():
-            return
-        if ancestor.exists() and not (replaceable and ancestor == path):
-            where = "is a file" if ancestor == path else f"lies under {ancestor}, which is a file"
-            raise ValueError(f"{name} {path} {where}, not a directory")
-
-
-def fail(message: str, code: int = 2) -> typing.NoReturn:
-    """Exit with a one-line error, the way every RoboFleet command reports bad input."""
-    print(f"error: {message}", file=sys.stderr)
-    raise Failure(message, code)
-
-
-def warn(message: str) -> None:
-    """A one-line warning on stderr: something the command worked around, that the user should know."""
-    print(f"warning: {message}", file=sys.stderr)
-
-
-CRASH_AT = "ROBOFLEET_CRASH_AT"  # a test hook: the step at which crash_point kills the process group
-
-
-def crash_point(step: str) -> None:
-    """Where ``$ROBOFLEET_CRASH_AT`` names ``step``, SIGKILL this process's group here, as ``kill -9`` of
-    a command (its dask workers included) would: how tests reach each step of a protocol that must
-    survive a crash (tests/test_repair.py). Unset, it does nothing."""
-    if os.environ.get(CRASH_AT) == step:
-        os.killpg(os.getpgrp(), signal.SIGKILL)
-
-
-LOG_REDRAW_S = 60.0  # a progress bar's redraw interval when stderr is a file or a pipe
-
-
-def progress_bar(**options) -> tqdm:
-    """A tqdm bar (``options`` are tqdm's) that redraws up to ten times a second on a terminal and once
-    a minute when stderr is a file or a pipe, where every redraw is one more copy of the bar in the log."""
-    redraw_s = 0.1 if sys.stderr.isatty() else LOG_REDRAW_S
-    # maxinterval: tqdm's monitor thread would otherwise redraw a slow bar every 10 s
-    return tqdm(mininterval=redraw_s, maxinterval=max(redraw_s, 10.0), **options)
-
-
-def one_line(error: BaseException, limit: int = 200) -> str:
-    """An exception as one short line for a message or a record: ``"TypeName: first line of its text"``."""
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")[:limit]
-
-
-@functools.lru_cache(maxsize=1)
-def code_version() -> str:
-    """Package version plus git commit (``-dirty`` for local edits), e.g. ``0.1.0+3f2a9c1d07e4``."""
-    try:
-        version = importlib.metadata.version("robofleet")
-    except importlib.metadata.PackageNotFoundError:
-        version = "0+unknown"
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(REPO), "describe", "--always", "--dirty", "--abbrev=12"],
-            capture_output=True, text=True, check=True, timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return version
-    return f"{version}+{commit}" if commit else version
-
-
-def repo_relative(path: Path | str) -> str:
-    """``path`` relative to the repository when it lies inside it (as outputs record paths), else as given."""
-    resolved = Path(path).resolve()
-    return str(resolved.relative_to(REPO)) if resolved.is_relative_to(REPO) else str(path)
-
-
-def from_repo(path: Path | str) -> Path:
-    """A path an output recorded: relative ones are relative to the repository (``repo_relative``)."""
-    return Path(os.path.normpath(REPO / path))
-
-
-def write_json_atomic(path: Path, content: dict) -> None:
-    """Write JSON so that readers see the old file or the new one, never half of one."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(handle, "w") as file:
-        json.dump(content, file, indent=2)
-        file.write("\n")
-    os.replace(temporary, path)
