@@ -122,8 +122,7 @@ def run_wave(job: GroupJob, wave: int, envs: list, driver: FleetDriver, supervis
              operator: Operator, features: dict) -> list[EpisodeRecord]:
     """One episode of every robot of the group, stepped in lockstep; the recorded episodes."""
     robots = len(envs)
-    seeds = [episode_seed(job.fleet_seed, RobotProfile.from_dict(p).robot_id, wave, "fleet", job.round)
-             for p in job.profiles]
+    seeds = [episode_seed(job.fleet_seed, profile["robot_id"], wave, "fleet", job.round) for profile in job.profiles]
     observations = [env.reset(seed=seed)[0] for env, seed in zip(envs, seeds)]
     driver.reset()
     tracker = ProgressTracker(robots, job.help.gate)
