@@ -143,9 +143,11 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
               "runs": runs, "seconds": seconds, "plot": str(media)}
     write_results(config.name, result, Path(config.results_dir))
     plot(table, bc, inputs, media)
+    ratios = ", ".join(f"{gate} {ratio:.2f}" for gate, ratio in result["rohe_over_random"].items() if gate != "random")
+    over_random = f"\n\nROHE over all rounds, over the random gate's: {ratios}." if ratios else ""
     write_section(Path(config.docs), config.name, f"## The recorded run ({config.setting})",
-                  markdown(config_dict, table, expert, command) + f"\n\n![success against expert frames]"
-                  f"(media/{media.name})")
+                  markdown(config_dict, table, expert, command) + over_random
+                  + f"\n\n![success against expert frames](media/{media.name})")
     best = max(table, key=lambda row: row["over_expert"])
     print(f"best: gate {best['gate']} round {best['round']}: {best['over_expert']:.2f} of the expert from "
           f"{best['labelled_so_far']} expert-labelled frames")
