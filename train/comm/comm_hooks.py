@@ -1,4 +1,4 @@
-"""How gradients travel between DDP ranks: the ``--comm-hook`` choices, and the DDP that carries them.
+"""How gradients travel between DDP ranks: the ``--comm-hook`` choices.
 
 DDP averages gradients bucket by bucket (``--bucket-cap-mb``) while the backward pass is
 still running. A communication hook replaces that all-reduce of float32 buckets:
@@ -42,22 +42,6 @@ from train.comm.shm_all_reduce import SharedMemoryAllReduce
 from train.comm.socket_ring import SocketRing
 
 COMM_HOOKS = ("auto", "none", "shm", "ring", "fp16", "bf16", "powersgd", "int8")
-
-
-class UnlabelledDistributedDataParallel(DistributedDataParallel):
-    """DistributedDataParallel whose forward skips its profiler label, and nothing else (bc.py's DDP).
-
-    DDP's forward runs inside ``record_function("DistributedDataParallel.forward")``, a range
-    that only torch.profiler traces show. Entering and leaving it goes through TorchScript's
-    operator machinery, whose code is cold between training steps: it was most of what DDP
-    adds to a small model's forward (docs/performance.md). The body is DDP's own.
-    """
-
-    def forward(self, *inputs, **kwargs):
-        inputs, kwargs = self._pre_forward(*inputs, **kwargs)
-        output = (self.module.forward(*inputs, **kwargs) if self._delay_all_reduce_all_params
-                  else self._run_ddp_forward(*inputs, **kwargs))
-        return self._post_forward(output)
 
 
 def resolve_comm_hook(name: str, device: torch.device) -> str:
