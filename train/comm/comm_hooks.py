@@ -9,7 +9,7 @@ still running. A communication hook replaces that all-reduce of float32 buckets:
 - ``shm`` and ``ring``: ours, CPU only (``cpu_all_reduce_hook``): the training thread
   sums the float32 bucket itself, which skips gloo's thread hand-offs: on small CPU
   machines those, not the bytes, are what an all-reduce costs. ``shm`` goes through a
-  memory segment all ranks map (``train/comm/shm_all_reduce.py``; ranks on one x86-64 host),
+  memory segment all ranks map (``train/comm/shm_all_reduce.py``; ranks on one Linux host),
   ``ring`` is a ring all-reduce over direct TCP sockets (``train/comm/socket_ring.py``; any
   hosts). Both block the backward pass for their bucket, which costs nothing when the
   model fits in one bucket (the default mlp); with several buckets they give up
@@ -137,7 +137,7 @@ def register_comm_hook(model: DistributedDataParallel, name: str, device: torch.
         gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
         shared = SharedMemoryAllReduce.connect(gradient_bytes)
         if shared is None and requested == "shm":
-            raise ValueError("--comm-hook shm needs every rank on one x86-64 host, with room in /dev/shm; use ring")
+            raise ValueError("--comm-hook shm needs every rank on one Linux host, with room in /dev/shm; use ring")
         if shared is None:
             name, shared = "ring", SocketRing()
         model.register_comm_hook(shared, cpu_all_reduce_hook)
