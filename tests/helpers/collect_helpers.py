@@ -11,8 +11,8 @@ import numpy as np
 
 from dataset import FleetStore
 
-TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
+HELPERS = Path(__file__).resolve().parent  # tests/helpers: on the path of the tests and of every process they start
+REPO = HELPERS.parent.parent
 
 
 def collect_command(out: Path, *arguments: str) -> list[str]:
@@ -20,7 +20,8 @@ def collect_command(out: Path, *arguments: str) -> list[str]:
 
 
 def subprocess_env() -> dict:
-    return {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{REPO}"}
+    """The environment of a process a test starts: it imports the repository's packages and these helpers."""
+    return {**os.environ, "PYTHONPATH": f"{HELPERS}{os.pathsep}{REPO}"}
 
 
 def git_status() -> str:

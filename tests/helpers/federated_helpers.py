@@ -1,7 +1,7 @@
 """Federated test helpers: a quick config, the metrics of a run, and clients that misbehave on purpose.
 
 The misbehaving clients run on dask workers, which import this module by name: test
-clusters' workers have tests/ on their PYTHONPATH (collect_helpers.subprocess_env).
+clusters' workers have tests/helpers/ on their PYTHONPATH (collect_helpers.subprocess_env).
 """
 
 import json
