@@ -13,7 +13,7 @@ from collect_helpers import REPO, assert_same_stores, wait_for_episodes
 from dask_cluster import dask_cluster
 from dataset import FleetStore
 from dataset.verify import verify_store
-from test_fleet_learning import fleet_learn, fleet_learn_command
+from tests.train.test_fleet_learning import fleet_learn, fleet_learn_command
 from train_helpers import train_env
 
 LONGER = ("--deploy-episodes", "6")  # long enough to kill a worker in the middle

@@ -14,7 +14,7 @@ from dataset import loader as loader_module
 from dataset.loader import make_dataloader
 from dataset.windows import FleetWindowDataset, WindowSpec
 
-PROBE = REPO / "tests" / "loader_probe.py"
+PROBE = REPO / "tests" / "dataset" / "loader_probe.py"
 
 
 def windows(path) -> FleetWindowDataset:

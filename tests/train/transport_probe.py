@@ -1,6 +1,6 @@
 """Run under torchrun: one of bc.py's CPU all-reduce transports against gloo's exact sums, then its failure paths.
 
-    torchrun --nproc_per_node=3 tests/transport_probe.py {ring,shm} OUT_DIR
+    torchrun --nproc_per_node=3 tests/train/transport_probe.py {ring,shm} OUT_DIR
 
 ``ring`` is ``train.comm.socket_ring.SocketRing``, ``shm`` ``train.comm.shm_all_reduce.SharedMemoryAllReduce``
 (with 4 KiB slots, so the larger tensors go through in pieces). Each rank fills tensors of

@@ -17,7 +17,7 @@ from sim.tasks import ENTRY_POINT_GROUP, TaskSpec, available_tasks, resolve_task
 from train.checkpoint import open_checkpoint
 from train_helpers import QUICK
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
+EXAMPLES = REPO / "docs" / "examples"
 
 
 @pytest.fixture

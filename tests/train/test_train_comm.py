@@ -13,8 +13,8 @@ from collect_helpers import REPO
 from train.comm.comm_hooks import bf16_all_reduce_error, resolve_comm_hook
 from train_helpers import metrics, train, train_env
 
-PROBE = REPO / "tests" / "comm_hook_probe.py"
-TRANSPORT_PROBE = REPO / "tests" / "transport_probe.py"
+PROBE = REPO / "tests" / "train" / "comm_hook_probe.py"
+TRANSPORT_PROBE = REPO / "tests" / "train" / "transport_probe.py"
 
 
 def test_comm_hooks_average_gradients_within_their_precision(tmp_path):

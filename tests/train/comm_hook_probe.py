@@ -1,6 +1,6 @@
 """Run under torchrun: each comm hook's averaged gradients against the exact mean of the ranks' gradients.
 
-    torchrun --nproc_per_node=2 tests/comm_hook_probe.py OUT_DIR
+    torchrun --nproc_per_node=2 tests/train/comm_hook_probe.py OUT_DIR
 
 Every rank backpropagates its own batch through a small MLP wrapped in DDP (small buckets,
 so a backward sends several) with each hook of ``train.comm.comm_hooks`` (``auto`` is ``shm``

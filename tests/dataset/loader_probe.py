@@ -1,6 +1,6 @@
 """Run under torchrun (or plain python): record which samples this rank's loader yields in two epochs.
 
-    torchrun --nproc_per_node=2 tests/loader_probe.py STORE OUT_DIR NUM_WORKERS
+    torchrun --nproc_per_node=2 tests/dataset/loader_probe.py STORE OUT_DIR NUM_WORKERS
 """
 
 import json
