@@ -1,5 +1,5 @@
-"""evaluate on LeRobot pretrained_model directories: lerobot-train's own (our exports: test_lerobot_export.py),
-and the env observation <-> LeRobot batch helpers."""
+"""evaluate on LeRobot pretrained_model directories: lerobot-train's own (our exports:
+tests/train/test_lerobot_export.py), and the env observation <-> LeRobot batch helpers."""
 
 import json
 import subprocess

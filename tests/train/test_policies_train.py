@@ -19,7 +19,7 @@ def observations_of(task: str, cameras: tuple[str, ...], robots: int) -> tuple[l
 
 
 @pytest.mark.parametrize("kind, fleet", [("cnn", "camera"), ("act", "pick_place"), ("diffusion", "camera"),
-                                         ("diffusion", "pick_place")])  # act on images: tests/test_policy.py
+                                         ("diffusion", "pick_place")])  # act on images: tests/train/test_policy.py
 def test_a_policy_trains_and_its_checkpoint_drives_envs(kind, fleet, request, tmp_path):
     data, run = request.getfixturevalue(f"{fleet}_fleet"), tmp_path / "run"
     completed = train("--data", data, "--out", run, "--policy", kind, "--max-steps", "8", "--batch-size", "8",
