@@ -68,6 +68,7 @@ def compared(checkpoint, tmp_path_factory):
     return completed, out
 
 
+@pytest.mark.slow
 def test_eval_info_holds_every_episode_and_consistent_figures(compared):
     completed, out = compared
     info = json.loads((out / "eval_info.json").read_text())
@@ -104,6 +105,7 @@ def test_eval_info_holds_every_episode_and_consistent_figures(compared):
     assert completed.stdout.startswith("dask dashboard: http://127.0.0.1:")  # then the table
 
 
+@pytest.mark.slow
 def test_the_console_names_the_inputs_the_policy_reads_on_its_first_line(compared, checkpoint):
     completed, _ = compared
     spec = open_checkpoint(checkpoint).spec
@@ -113,6 +115,7 @@ def test_the_console_names_the_inputs_the_policy_reads_on_its_first_line(compare
     assert lines[first + 1].split() == ["robot", "site", "policy", "expert"]  # then the per-robot comparison
 
 
+@pytest.mark.slow
 def test_compare_puts_the_expert_on_the_same_robots_and_seeds(compared):
     info = json.loads((compared[1] / "eval_info.json").read_text())
     expert = info["expert"]
@@ -124,6 +127,7 @@ def test_compare_puts_the_expert_on_the_same_robots_and_seeds(compared):
     assert [row["expert_pc_success"] for row in info["compare"]["per_robot"]] == [100.0] * 3
 
 
+@pytest.mark.slow
 def test_videos_are_decodable_and_cover_every_site(compared):
     out = compared[1]
     info = json.loads((out / "eval_info.json").read_text())
@@ -137,6 +141,7 @@ def test_videos_are_decodable_and_cover_every_site(compared):
         assert frames[0].shape == (480, 480, 3) and frames[-1].std() > 10  # a rendered scene, not a blank
 
 
+@pytest.mark.slow
 def test_evaluation_seeds_are_held_out_from_the_training_seeds(compared, reach_fleet):
     info = json.loads((compared[1] / "eval_info.json").read_text())
     store = FleetStore.open(reach_fleet)
@@ -169,6 +174,7 @@ def test_robot_offset_evaluates_robots_never_trained_on(checkpoint):
     assert plan.to_dict()["training_robots"] == [0, 1, 2] and plan.to_dict()["unseen_robots"] == [3, 4]
 
 
+@pytest.mark.slow
 def test_the_expert_baseline_equals_the_expert_run_directly(tmp_path):
     info = run_evaluation(EvalConfig(expert=True, task="push", robots=3, episodes=2, out=str(tmp_path / "eval"),
                                      workers=2, quiet=True))
@@ -301,6 +307,7 @@ def test_a_given_or_recorded_fleet_seed_stands_in_for_a_collection_that_is_gone(
     assert (plan.fleet_seed, plan.seeds_from) == (0, "the checkpoint's record of its training collection")
 
 
+@pytest.mark.slow
 def test_the_next_evaluate_removes_what_killed_runs_left_beside_its_output(tmp_path, capsys):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     host = socket.gethostname()
@@ -358,9 +365,10 @@ EXPECTED_FAILURE = {0: None, 1: "simulator unstable: MuJoCo mjWARN_BADQVEL",
                     2: "env step raised RuntimeError: contact solver exploded"}
 
 
+@pytest.mark.slow
 def test_an_episode_that_crashes_is_a_failure_with_its_reason_and_the_run_goes_on(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # MuJoCo logs its instability warnings to MUJOCO_LOG.TXT in the working directory
-    info = run_evaluation(EvalConfig(expert=True, task="test_eval:FLAKY_REACH", robots=2, episodes=6, batch=4,
+    info = run_evaluation(EvalConfig(expert=True, task=f"{__name__}:FLAKY_REACH", robots=2, episodes=6, batch=4,
                                      out=str(tmp_path / "eval"), workers=2, quiet=True))
     assert info["fleet"]["n_episodes"] == 12
     for record in info["per_episode"]:
@@ -380,6 +388,7 @@ def test_a_policy_that_outputs_nan_fails_its_episodes_with_the_reason(checkpoint
     assert [(r["success"], r["steps"], r["error"]) for r in records] == [(False, 0, "the agent's action is not finite")] * 3
 
 
+@pytest.mark.slow
 def test_eval_speed_benchmark_measures_every_setup_and_writes_only_its_out(checkpoint, tmp_path, capsys):
     from benchmarks import eval_speed
 
@@ -394,6 +403,7 @@ def test_eval_speed_benchmark_measures_every_setup_and_writes_only_its_out(check
     assert not tables.exists() and git_status() == before  # a user's checkpoint: no rows, nothing in the repository
 
 
+@pytest.mark.slow
 def test_an_image_policy_gets_the_cameras_and_image_size_it_was_trained_on(camera_fleet, tmp_path):
     run = tmp_path / "cnn"
     completed = subprocess.run(
@@ -418,7 +428,7 @@ GIVING_UP = TaskSpec("giving_up", "robofleet/Reach-v0", ExpertThatGivesUp)
 
 
 def test_an_agent_that_raises_fails_the_episodes_of_its_wave_with_the_reason():
-    robot_job = RobotJob("expert", make_robot(0).to_dict(), "test_eval:GIVING_UP", (1, 2, 3), None, (), 96, 2, "cpu")
+    robot_job = RobotJob("expert", make_robot(0).to_dict(), f"{__name__}:GIVING_UP", (1, 2, 3), None, (), 96, 2, "cpu")
     records = evaluate_robot(robot_job)
     assert [(r["success"], r["steps"], r["error"]) for r in records] == \
         [(False, 0, "expert raised ValueError: no plan for this goal")] * 3
