@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from benchmarks import expert_success, sim_speed
 
 
@@ -26,6 +28,7 @@ def test_expert_success_counts_every_episode(tmp_path):
     assert "| reach | 3 x 1 |" in tables.read_text()
 
 
+@pytest.mark.slow
 def test_collect_speed_measures_every_setup(tmp_path):
     from benchmarks import collect_speed
 
@@ -39,6 +42,7 @@ def test_collect_speed_measures_every_setup(tmp_path):
     assert "| reach 2x2 |" in tables.read_text()
 
 
+@pytest.mark.slow
 def test_loader_speed_measures_every_setup(tmp_path):
     from benchmarks import loader_speed
 
@@ -54,6 +58,8 @@ def test_loader_speed_measures_every_setup(tmp_path):
     assert "loader_speed" in tables.read_text()
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_gloo_latency_times_every_collective_on_two_real_ranks(tmp_path):
     from benchmarks import gloo_latency
     from benchmarks.common import realtime_permitted

@@ -9,6 +9,7 @@ from benchmarks import deploy_speed
 from collect_helpers import git_status
 
 
+@pytest.mark.slow
 def test_a_tiny_job_measures_every_setup_and_writes_only_its_out_file(tmp_path):
     before = git_status()
     out = tmp_path / "speed" / "deploy.json"

@@ -6,6 +6,8 @@ import torch
 from benchmarks import gpu_paths, train_speed
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_a_variant_under_torchrun_reports_figures_and_a_checkpoint_that_loads(pick_place_fleet, tmp_path):
     figures = gpu_paths.run_variant(pick_place_fleet, tmp_path / "run", True,
                                     ["--comm-hook", "int8", "--batch-size", "32", "--hidden", "32", "32"], 6, 2)
@@ -14,6 +16,7 @@ def test_a_variant_under_torchrun_reports_figures_and_a_checkpoint_that_loads(pi
     assert figures["sync_batchnorm_layers"] == 0  # SyncBatchNorm only on GPU
 
 
+@pytest.mark.slow
 def test_a_failing_variant_reports_its_error_line(pick_place_fleet, tmp_path):
     figures = gpu_paths.run_variant(pick_place_fleet, tmp_path / "run", False, ["--amp", "fp16"], 6, 2)
     assert not figures["ok"]

@@ -1,6 +1,10 @@
 """benchmarks/act_vs_lerobot.py runs both trainers and reports their steps per second (figures not asserted)."""
 
+import pytest
+
 from benchmarks.act_vs_lerobot import act_vs_lerobot
+
+pytestmark = pytest.mark.slow
 
 
 def test_act_vs_lerobot_times_both_trainers(pick_place_fleet, tmp_path):

@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from benchmarks import policy_latency
 from collect_helpers import REPO, git_status, subprocess_env
 from train.policies.policy import make_policy
@@ -43,6 +45,7 @@ def latency(*arguments) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env=subprocess_env(), cwd=REPO, timeout=600)
 
 
+@pytest.mark.slow
 def test_a_users_checkpoint_is_timed_without_writing_into_the_repository(trained_run, tmp_path):
     before = git_status()
     printed = latency("--checkpoint", trained_run, "--repetitions", 3)  # as docs/distillation.md shows it

@@ -4,10 +4,14 @@
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from benchmarks import train_speed
 from benchmarks.common import REALTIME, python_command
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_train_speed_measures_one_and_two_ranks(pick_place_fleet, tmp_path, capsys):
     tables, out = tmp_path / "README.md", tmp_path / "speed.json"
     result = train_speed.main(["--data", str(pick_place_fleet), "--steps", "4", "--log-interval", "2", "--rounds", "1",
@@ -26,6 +30,8 @@ def test_train_speed_measures_one_and_two_ranks(pick_place_fleet, tmp_path, caps
     assert not tables.exists() and not (tmp_path / "train_speed.json").exists()  # a given store: not recorded
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_the_image_case_trains_the_cnn_on_cameras_and_reports_its_data_wait(camera_fleet, tmp_path, capsys):
     out = tmp_path / "image.json"
     result = train_speed.main(["--case", "image", "--data", str(camera_fleet), "--steps", "4", "--log-interval", "2",
@@ -37,6 +43,8 @@ def test_the_image_case_trains_the_cnn_on_cameras_and_reports_its_data_wait(came
     assert "--policy cnn --inputs proprio+cameras --batch-size 32 --batch-size 8" in capsys.readouterr().out
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_the_threads_case_runs_two_runs_and_two_torchrun_agents_with_no_thread_option(pick_place_fleet, tmp_path,
                                                                                       capsys):
     out = tmp_path / "threads.json"

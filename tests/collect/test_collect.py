@@ -113,6 +113,7 @@ def test_a_store_appears_whole_with_its_first_commit_and_later_commits_append(tm
     assert sum(p.is_dir() for p in path.rglob("*")) == 2 + len(features) + 5  # data/, meta/, one per array
 
 
+@pytest.mark.slow
 def test_a_concurrent_reader_only_ever_sees_complete_episodes(tmp_path):
     out = tmp_path / "out"
     process = start_collect(out, "--robots", "2", "--episodes", "40", "--workers", "1", "--flush-frames", "30")
@@ -136,6 +137,7 @@ def test_a_concurrent_reader_only_ever_sees_complete_episodes(tmp_path):
         np.testing.assert_array_equal(final.episode(robot, index)["action"], actions)
 
 
+@pytest.mark.slow
 def test_the_progress_bar_counts_every_episode_and_the_summary_follows(tmp_path):
     """Workers send progress at most twice a second per robot, but always a robot's last count.
 
@@ -156,6 +158,7 @@ def test_the_progress_bar_counts_every_episode_and_the_summary_follows(tmp_path)
     assert "nothing left to collect" in again.stdout and "steps/s" not in again.stdout
 
 
+@pytest.mark.slow
 def test_another_cluster_on_dasks_default_port_leaves_collect_silent(tmp_path):
     """Port 8787, where a dask scheduler serves HTTP by default, held as a second collection running at once holds it."""
     with socket.socket() as other_cluster:
@@ -166,6 +169,7 @@ def test_another_cluster_on_dasks_default_port_leaves_collect_silent(tmp_path):
     assert completed.returncode == 0 and completed.stderr == ""
 
 
+@pytest.mark.cluster
 def test_the_dashboard_link_is_printed_and_serves_dasks_dashboard(capsys):
     """bokeh is installed, so the scheduler serves the dashboard (without it, the page says "Dask needs bokeh")."""
     with dask_client(None, workers=1, show_dashboard=True) as client:
@@ -175,6 +179,7 @@ def test_the_dashboard_link_is_printed_and_serves_dasks_dashboard(capsys):
     assert capsys.readouterr().out == f"dask dashboard: {client.dashboard_link}\n"
 
 
+@pytest.mark.cluster
 def test_a_local_cluster_gives_the_caller_its_environment_back():
     """dask's nannies set their workers' variables (OMP_NUM_THREADS=1, ...) in the process that starts them; a
     training started from that process later inherited them. The workers keep dask's thread settings but not
@@ -187,6 +192,7 @@ def test_a_local_cluster_gives_the_caller_its_environment_back():
     assert worker_environ.get("MALLOC_TRIM_THRESHOLD_") == before.get("MALLOC_TRIM_THRESHOLD_")
 
 
+@pytest.mark.slow
 def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
     arguments = ("--robots", "2", "--episodes", "24", "--workers", "1", "--flush-frames", "60", "--task", "push")
     reference = tmp_path / "reference"
@@ -205,6 +211,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path):
     assert_same_stores(reference, resumed)
 
 
+@pytest.mark.slow
 def test_failures_are_counted_not_kept_and_not_retried_on_resume(tmp_path):
     out = tmp_path / "out"
     assert run_collect(out, "--task", "toy_tasks:COIN", "--robots", "2", "--episodes", "10").returncode == 0
@@ -221,6 +228,7 @@ def test_failures_are_counted_not_kept_and_not_retried_on_resume(tmp_path):
     assert (out / "robot_0000.zarr/meta/episode_ends/c.0").stat().st_mtime_ns == before
 
 
+@pytest.mark.slow
 def test_keep_failures_stores_them_flagged(tmp_path):
     out = tmp_path / "out"
     run_collect(out, "--task", "toy_tasks:COIN", "--robots", "1", "--episodes", "8", "--keep-failures")
@@ -230,6 +238,7 @@ def test_keep_failures_stores_them_flagged(tmp_path):
     assert [info["success"] for info in infos] == [info["seed"] % 2 == 0 for info in infos]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "arguments, message",
     [
@@ -258,6 +267,7 @@ def test_unwritable_out_is_refused(tmp_path):
     assert f"--out {blocker / 'out'} lies under {blocker}, which is a file" in completed.stderr
 
 
+@pytest.mark.slow
 def test_a_different_collection_is_refused_without_overwrite(small_fleet, tmp_path):
     before = {p: p.stat().st_mtime_ns for p in small_fleet.rglob("*")}
     completed = run_collect(small_fleet, "--robots", "3", "--episodes", "4", "--task", "push")
@@ -273,6 +283,7 @@ def test_a_different_collection_is_refused_without_overwrite(small_fleet, tmp_pa
     assert (foreign / "notes.txt").exists()
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_a_collection(tmp_path):
     out = tmp_path / "out"
     assert run_collect(out, "--task", "toy_tasks:COIN", "--robots", "2", "--episodes", "2").returncode == 0
@@ -282,6 +293,7 @@ def test_overwrite_replaces_a_collection(tmp_path):
     assert store.robots == [0] and store.manifest["task"]["name"] == "reach"
 
 
+@pytest.mark.slow
 def test_camera_images_are_stored_as_compressed_uint8(tmp_path):
     out = tmp_path / "out"
     completed = run_collect(out, "--robots", "1", "--episodes", "2", "--cameras", "front", "front", "--image-size", "32")

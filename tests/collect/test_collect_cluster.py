@@ -12,6 +12,8 @@ from dask_cluster import dask_cluster, free_port
 from dataset import FleetStore
 from dataset.verify import verify_store
 
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
 
 @pytest.fixture(scope="module")
 def scheduler_address():

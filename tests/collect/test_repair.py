@@ -27,6 +27,8 @@ from train.bc import main as bc_main
 from train.checkpoint import open_checkpoint
 from train_helpers import QUICK
 
+pytestmark = pytest.mark.slow
+
 # after the journal is written, after the stores are set aside, after the first episode a worker
 # commits while recollecting, after the recollection verifies (before the journal goes)
 STEPS = ["repair-recorded", "repair-set-aside", "collect-commit", "repair-verified"]

@@ -37,6 +37,7 @@ def step_file(run, step: int):
 
 
 # ----- checkpoints ----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_training_skips_a_truncated_newest_checkpoint_with_one_warning_and_resumes_from_the_one_before(
         pick_place_fleet, run_copy):
     truncate(step_file(run_copy, 20))
@@ -48,6 +49,7 @@ def test_training_skips_a_truncated_newest_checkpoint_with_one_warning_and_resum
     assert open_checkpoint(run_copy).step == 30
 
 
+@pytest.mark.slow
 def test_with_every_checkpoint_broken_training_stops_with_one_line(pick_place_fleet, run_copy, capsys):
     truncate(step_file(run_copy, 20))
     step_file(run_copy, 10).write_bytes(b"not a zip")
@@ -58,6 +60,7 @@ def test_with_every_checkpoint_broken_training_stops_with_one_line(pick_place_fl
         assert_one_line(capsys.readouterr().err, message, "--no-resume starts afresh")
 
 
+@pytest.mark.slow
 def test_evaluate_on_a_run_directory_falls_back_to_its_newest_intact_checkpoint(run_copy, tmp_path, capsys):
     truncate(step_file(run_copy, 20))
     out = tmp_path / "eval"
@@ -70,6 +73,7 @@ def test_evaluate_on_a_run_directory_falls_back_to_its_newest_intact_checkpoint(
 
 
 # ----- collections --------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_missing_robot_store_stops_training_unless_allowed(fleet, tmp_path, capsys):
     shutil.rmtree(fleet / "robot_0001.zarr")
     message = f"1 robot store(s) listed in {fleet / 'manifest.json'} are missing: robot_0001.zarr"
@@ -84,6 +88,7 @@ def test_a_missing_robot_store_stops_training_unless_allowed(fleet, tmp_path, ca
     assert open_checkpoint(tmp_path / "allowed").step == 10
 
 
+@pytest.mark.slow
 def test_a_corrupt_manifest_is_one_line_naming_it_in_every_command(fleet, trained_run, tmp_path, capsys):
     manifest = fleet / "manifest.json"
     manifest.write_text(manifest.read_text()[:-20])  # cut short, as a bad copy leaves it
@@ -129,6 +134,7 @@ def test_a_manifest_that_is_json_but_not_a_manifest_is_one_line_in_every_command
         assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_evaluate_stops_when_the_training_collections_episode_ends_are_damaged(fleet, trained_run, tmp_path, capsys,
                                                                                 monkeypatch):
     flip_byte(fleet / "robot_0001.zarr" / "meta" / "episode_ends" / "c.0")

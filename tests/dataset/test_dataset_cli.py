@@ -12,6 +12,8 @@ from dataset import FleetStore
 from dataset.cli import main as dataset_main
 from sim.fleet import make_robot
 
+pytestmark = pytest.mark.slow
+
 
 def dataset_command(*arguments) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dataset.cli", *map(str, arguments)], capture_output=True,

@@ -33,6 +33,7 @@ def exported(fleet, tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_round_trip_gives_back_the_same_store(fleet, exported, tmp_path):
     out = import_lerobot(exported, tmp_path / "imported", progress=False)
     assert_same_stores(fleet, out)  # robots, episode counts, episode_info and every array, bit for bit
@@ -46,6 +47,7 @@ def test_round_trip_gives_back_the_same_store(fleet, exported, tmp_path):
     assert zarr.open_group(out / "robot_0001.zarr", mode="r").attrs["task"] == "reach"
 
 
+@pytest.mark.slow
 def test_the_export_is_a_lerobot_dataset_with_robot_and_site_per_frame(fleet, exported):
     store = FleetStore.open(fleet)
     dataset = LeRobotDataset("robofleet/test", root=exported)  # local files only: no hub access
@@ -123,6 +125,7 @@ def test_a_foreign_dataset_without_robot_id_becomes_one_shard(tmp_path):
     assert again.num_frames == 8 and again[0]["site_id"] == -1 and again[0]["task"] == "wave"
 
 
+@pytest.mark.slow
 def test_without_the_sidecar_robot_id_still_splits_the_shards(fleet, exported, tmp_path):
     root = tmp_path / "no_sidecar"
     shutil.copytree(exported, root)
@@ -137,6 +140,7 @@ def test_without_the_sidecar_robot_id_still_splits_the_shards(fleet, exported, t
             np.testing.assert_array_equal(imported.episode(robot, 1)[name], values, err_msg=name)
 
 
+@pytest.mark.slow
 def test_refusals(fleet, exported, tmp_path):
     with pytest.raises(ValueError, match="already exists"):
         export_lerobot(FleetStore.open(fleet), exported, progress=False)

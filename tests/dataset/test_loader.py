@@ -69,6 +69,8 @@ def test_blocks_of_batches_give_the_same_batches_as_one_batch_at_a_time(pick_pla
             torch.testing.assert_close(a[key], b[key])
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.parametrize("workers", [0, 2])
 def test_two_torchrun_ranks_partition_each_epoch_disjointly_and_completely(pick_place_fleet, tmp_path, workers):
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]

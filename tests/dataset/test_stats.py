@@ -37,6 +37,7 @@ def test_statistics_equal_numpys_for_every_feature(fleet, request, tmp_path):
             np.testing.assert_allclose(stats[name][key], expected, rtol=1e-5, atol=1e-6, err_msg=f"{name} {key}")
 
 
+@pytest.mark.slow
 def test_statistics_are_cached_and_recomputed_when_the_data_changes(tmp_path):
     out = tmp_path / "fleet"
     assert run_collect(out, "--task", "reach", "--robots", "2", "--episodes", "2").returncode == 0

@@ -62,6 +62,7 @@ def test_damage_is_found_by_verify_and_refused_by_training_in_one_line(request, 
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixture", ["pick_place_fleet", "camera_fleet"])
 def test_repair_recollects_exactly_the_damaged_robots_bit_for_bit(request, tmp_path, capsys, fixture):
     damages = {"pick_place_fleet": [(0, "data/action", "c.0.0", "flip"), (2, "meta/episode_ends", "c.0", "flip")],
@@ -89,6 +90,7 @@ def test_repair_of_a_clean_store_changes_nothing(pick_place_fleet, tmp_path, cap
     assert_same_stores(pick_place_fleet, copy)
 
 
+@pytest.mark.slow
 def test_values_outside_their_declared_bounds_are_reported_and_repaired(pick_place_fleet, tmp_path, capsys):
     copy = shutil.copytree(pick_place_fleet, tmp_path / "fleet")
     actions = zarr.open_group(copy / "robot_0002.zarr", mode="r+")["data/action"]

@@ -81,6 +81,7 @@ def test_a_missing_chunk_is_found_without_reading_data(copy):
         assert all("is missing" in problem.message for problem in found)
 
 
+@pytest.mark.slow
 def test_a_chunk_that_zarr_leaves_out_because_it_is_all_zeros_is_not_missing(tmp_path):
     out = tmp_path / "one"
     assert run_collect(out, "--robots", "1", "--episodes", "1", "--task", "reach", "--workers", "1").returncode == 0

@@ -33,6 +33,7 @@ def all_windows(store: FleetStore, mode: str, **kwargs) -> FleetWindowDataset:
                               mode=mode, **kwargs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["memory", "streaming"])
 def test_every_window_matches_the_raw_episode_arrays_with_edge_padding(pick_place_fleet, mode):
     store = FleetStore.open(pick_place_fleet)
@@ -84,6 +85,7 @@ def test_image_windows_are_the_stored_uint8_frames(camera_fleet):
     np.testing.assert_array_equal(image.numpy(), raw[[max(t - 1, 0), t]])
 
 
+@pytest.mark.slow
 def test_selection_by_robot_site_and_success(tmp_path):
     out = tmp_path / "coin"
     assert run_collect(out, "--task", "toy_tasks:COIN", "--robots", "3", "--episodes", "6",

@@ -13,6 +13,8 @@ from distributed import Client
 from collect_helpers import REPO, subprocess_env
 from dask_cluster import dask_cluster, free_port
 
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
 # The scripted expert needs no checkpoint; its episodes run the same engine and rollout code as a policy's.
 ARGUMENTS = ("--expert", "--task", "pick_place", "--robots", "4", "--episodes", "24", "--quiet")
 

@@ -7,6 +7,7 @@ import sys
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 
 import sim
@@ -26,6 +27,7 @@ def evaluation(checkpoint, out, **options) -> dict:
                                      quiet=True, **options))
 
 
+@pytest.mark.slow
 def test_an_offline_lerobot_train_checkpoint_is_evaluated_on_the_fleet(pick_place_fleet, tmp_path):
     export, out = tmp_path / "export", tmp_path / "lerobot_train"
     dataset_main(["export-lerobot", str(pick_place_fleet), str(export)])

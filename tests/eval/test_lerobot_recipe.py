@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from collect_helpers import REPO, subprocess_env
 
 DOC = REPO / "docs" / "evaluation.md"
@@ -43,6 +45,7 @@ def options(command: str) -> dict[str, str]:
     return found
 
 
+@pytest.mark.slow
 def test_the_recipe_runs_as_written_offline(tmp_path):
     env = {**subprocess_env(), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_LEROBOT_HOME": str(tmp_path / "hf_lerobot"),

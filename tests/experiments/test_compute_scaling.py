@@ -173,6 +173,8 @@ def test_the_script_writes_its_json_chart_and_section_from_recorded_measurements
     assert "](media/compute_scaling.png)" in text and "--skip-measure" in text
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_retiming_the_transports_replaces_them_and_keeps_the_recorded_training_runs(tmp_path):
     recorded = synthetic_measurements(4)
     source = tmp_path / "recorded.json"
@@ -201,6 +203,8 @@ def test_skip_measure_without_measurements_is_a_one_line_error(tmp_path, capsys)
     assert exit_info.value.code == 2 and "run without --skip-measure first" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_the_transport_sweep_times_every_transport_between_two_ranks(tmp_path):
     config = compute_scaling.ScalingConfig(sweep_floats=(16, 4096), sweep_seconds=0.01, sweep_iterations=5)
     points = compute_scaling.measure_transports(config, tmp_path)
@@ -209,6 +213,7 @@ def test_the_transport_sweep_times_every_transport_between_two_ranks(tmp_path):
     assert all(len(p) == 6 and min(p[2:]) > 0 for measured in points.values() for p in measured)
 
 
+@pytest.mark.slow
 def test_two_processes_at_once_log_every_step_for_the_straggler_wait(pick_place_fleet, tmp_path):
     config = compute_scaling.ScalingConfig(mlp_batch=16, steps=4, log_interval=2)
     figures = compute_scaling.train(config, pick_place_fleet, "mlp", compute_scaling.runs(2)["2 processes"],
@@ -217,6 +222,8 @@ def test_two_processes_at_once_log_every_step_for_the_straggler_wait(pick_place_
     assert all(seconds > 0 for seconds in figures["step_times_s"])
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_two_torchrun_agents_on_loopback_train_and_report_their_windows(pick_place_fleet, tmp_path):
     config = compute_scaling.ScalingConfig(mlp_batch=16, steps=4, log_interval=2)
     run = compute_scaling.runs(2)["2 agents on loopback, ring"]

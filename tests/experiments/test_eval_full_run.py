@@ -12,6 +12,8 @@ from experiments.common import merged_rows, write_section
 from train.checkpoint import latest_checkpoint, open_checkpoint
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_the_full_run_writes_its_figures_and_the_table(tmp_path):
     docs = tmp_path / "evaluation.md"
     docs.write_text("# Evaluation\n\nText before the table stays.\n")
@@ -31,6 +33,8 @@ def test_the_full_run_writes_its_figures_and_the_table(tmp_path):
     assert "| reach | mlp | 2 x 3 | 5 |" in text and "python -m experiments.full_run --tasks reach" in text
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_the_visuomotor_setting_runs_a_camera_policy_and_resumes_without_redoing_work(tmp_path):
     docs = tmp_path / "evaluation.md"
     arguments = ["--setting", "visuomotor", "--tasks", "reach", "--policies", "cnn", "--robots", "2", "--episodes", "2",

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from collect_helpers import collected
@@ -12,7 +13,10 @@ from sim.fleet import SITES
 from train.checkpoint import load_policy, open_checkpoint
 from train.federated import run_federated
 
+pytestmark = pytest.mark.slow
 
+
+@pytest.mark.cluster
 def test_fleet_vs_single_trains_four_ways_evaluates_and_writes_its_table(pick_place_fleet, tmp_path):
     docs = tmp_path / "federated.md"
     docs.write_text("# Federated\n\nintro\n\n<!-- fleet_vs_single:start -->\nold table\n<!-- fleet_vs_single:end -->\n"

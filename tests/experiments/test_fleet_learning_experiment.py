@@ -2,8 +2,12 @@
 
 import json
 
+import pytest
+
 from collect_helpers import git_status
 from experiments import fleet_learning
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
 def test_a_tiny_run_writes_rows_accounts_and_a_plot_and_a_rerun_redoes_nothing(tmp_path, capsys):

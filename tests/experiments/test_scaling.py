@@ -20,6 +20,8 @@ def test_the_fit_recovers_a_known_power_law_and_where_it_reaches_ninety_percent(
     assert scaling_report.fit_power_law([20, 20], [0.3, 0.2]) is None  # one amount of data: no slope
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_a_tiny_run_writes_points_fits_and_plots_and_a_rerun_skips_every_finished_stage(tmp_path, capsys):
     docs = tmp_path / "scaling.md"
     docs.write_text("# Scaling\n\nText before the table stays.\n")

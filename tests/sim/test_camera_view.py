@@ -58,6 +58,7 @@ def views_at_reset(task: str):
         env.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", list(CUBES))
 def test_goal_and_cubes_are_in_view_of_a_camera_at_reset(task):
     resets_per_site = Counter()

@@ -83,6 +83,7 @@ def test_cameras_are_refused_for_a_task_without_them(example_on_path):
         resolve_task("mountain_car_task:TASK").make_env(sim.make_robot(0), cameras=("front",))
 
 
+@pytest.mark.slow
 def test_a_plug_in_task_is_remembered_from_collect_to_evaluate(tmp_path):
     """Collected with --task module:attr, trained and evaluated without naming the task again."""
     with_module = {**subprocess_env(), "PYTHONPATH": f"{EXAMPLES}{os.pathsep}{subprocess_env()['PYTHONPATH']}"}
@@ -113,6 +114,7 @@ def test_a_plug_in_task_is_remembered_from_collect_to_evaluate(tmp_path):
             "(the checkpoint's task: put its module on PYTHONPATH)") in completed.stderr
 
 
+@pytest.mark.slow
 def test_collect_refuses_a_task_whose_reset_seed_does_not_fix_the_episode(tmp_path):
     out = tmp_path / "fleet"
     completed = run_collect(out, "--task", "toy_tasks:NOISY_REACH", "--robots", "2", "--episodes", "1",

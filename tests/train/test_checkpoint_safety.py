@@ -23,6 +23,8 @@ from train.checkpoint import TRAINING_STATE, checkpoint_dir, latest_checkpoint, 
 from train.convert_checkpoint import convert
 from train_helpers import QUICK, train
 
+pytestmark = pytest.mark.slow
+
 
 class Payload:
     """Unpickling this runs a shell command that writes ``marker``."""

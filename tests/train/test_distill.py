@@ -21,6 +21,8 @@ from collect_helpers import REPO, subprocess_env
 from fault_helpers import flip_byte
 from train_helpers import metrics, train
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def teacher(pick_place_fleet, tmp_path_factory):
@@ -42,6 +44,7 @@ def student(pick_place_fleet, teacher, tmp_path_factory):
     return run
 
 
+@pytest.mark.cluster
 def test_the_student_learns_the_teachers_actions_and_evaluate_runs_it(student, teacher, tmp_path):
     losses = [record["loss"] for record in metrics(student) if "loss" in record and record["step"] <= 30]
     assert losses[-1] < 0.7 * losses[0], losses
@@ -57,6 +60,7 @@ def test_the_student_learns_the_teachers_actions_and_evaluate_runs_it(student, t
     assert plan.task_name == "pick_place" and len(episodes) == 2 and all(e["error"] is None for e in episodes)
 
 
+@pytest.mark.cluster
 def test_a_dagger_round_is_a_valid_store_of_the_teachers_labels_on_the_students_states(student, teacher):
     round_store = FleetStore.open(student / "dagger" / "round_1")
     assert verify_store(round_store) == []
@@ -76,6 +80,7 @@ def test_a_dagger_round_is_a_valid_store_of_the_teachers_labels_on_the_students_
     assert not np.allclose(student_policy.select_action(observation), episode["action"][0])  # the student drove
 
 
+@pytest.mark.cluster
 def test_dataset_info_counts_the_failed_episodes_a_dagger_round_stored(student):
     round_store = student / "dagger" / "round_1"
     completed = subprocess.run([sys.executable, "-m", "dataset.cli", "info", round_store, "--json"],

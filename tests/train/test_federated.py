@@ -131,6 +131,7 @@ def test_with_personal_after_the_fleet_shares_one_head_then_each_site_starts_fro
     assert set(server.checkpoint().personal) == {robot for robot in server.robots if server.group_of(robot) == site}
 
 
+@pytest.mark.slow
 def test_personal_heads_stay_local_and_equal_what_each_robot_trained(pick_place_fleet, tmp_path):
     config = configure(pick_place_fleet, tmp_path / "run", "--rounds", "2", "--local-epochs", "2",
                        "--personal", "robot", "--compression", "int8")
@@ -160,6 +161,7 @@ def test_personal_heads_stay_local_and_equal_what_each_robot_trained(pick_place_
     assert all(0 < r["bytes_up"] < r["bytes_down"] / 3 for r in records)  # int8 deltas up, float32 weights down
 
 
+@pytest.mark.slow
 def test_head_epochs_fit_each_head_to_the_final_shared_weights_and_leave_those_alone(pick_place_fleet, tmp_path):
     arguments = ("--rounds", "2", "--personal", "robot", "--compression", "int8")
     plain = configure(pick_place_fleet, tmp_path / "plain", *arguments)
@@ -195,6 +197,7 @@ def federated(*arguments) -> subprocess.Popen:
                             start_new_session=True)
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_does(pick_place_fleet, tmp_path):
     arguments = ["--data", pick_place_fleet, "--rounds", "6", "--local-epochs", "5", "--fraction", "0.67",
                  "--compression", "topk", "--topk-fraction", "0.05", "--personal", "robot"]

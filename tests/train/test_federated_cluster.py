@@ -15,6 +15,8 @@ from federated_helpers import (QUICK, configure, metrics, only_robot_0_works, ro
 from train.checkpoint import latest_checkpoint, open_checkpoint
 from train.federated import main, run_federated
 
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
 
 @pytest.fixture(scope="module")
 def scheduler_address():

@@ -91,6 +91,7 @@ def test_labelled_runs_are_the_stretches_of_true():
     assert labelled_runs(np.ones(3, dtype=bool)) == [(0, 3)] and labelled_runs(np.zeros(2, dtype=bool)) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", sorted(BUILTIN_TASKS))
 def test_the_expert_takes_over_from_where_a_policy_left_the_robot(task, trained_run):
     """The scripted experts are phase machines started by ``reset``: reset at a hand-over, they finish
@@ -157,6 +158,7 @@ def columns(store_path, robot):
             ("acted_by", "labelled", "action", "next.success")}, group["meta/episode_ends"][:], group.attrs
 
 
+@pytest.mark.slow
 def test_a_deployment_round_records_who_acted_within_the_help_budget(trained_run, tmp_path):
     out = tmp_path / "round_1"
     deployment(trained_run, out)
@@ -185,6 +187,7 @@ def test_a_deployment_round_records_who_acted_within_the_help_budget(trained_run
                           capture_output=True, cwd=REPO).returncode == 0
 
 
+@pytest.mark.slow
 def test_dagger_labels_every_frame_without_acting_and_bc_buys_whole_demonstrations(trained_run, tmp_path):
     deployment(trained_run, tmp_path / "dagger", mode="dagger", robots=2, episodes=1, operators=1)
     data, _, _ = columns(tmp_path / "dagger", 0)
@@ -211,6 +214,7 @@ def fleet_learn(run, data, *options, ranks=1, crash_at=None):
                           env=env, cwd=REPO, timeout=600, start_new_session=True)
 
 
+@pytest.mark.slow
 def test_a_killed_round_resumes_to_the_same_store_and_a_finished_one_is_not_redone(trained_run, pick_place_fleet,
                                                                                      tmp_path):
     whole, killed = (shutil.copytree(trained_run, tmp_path / name / "run", symlinks=True) for name in ("a", "b"))
@@ -228,6 +232,7 @@ def test_a_killed_round_resumes_to_the_same_store_and_a_finished_one_is_not_redo
     assert before == {path: path.stat().st_mtime_ns for path in before}
 
 
+@pytest.mark.slow
 def test_a_run_killed_after_retraining_accounts_for_the_round_without_training_again(run_copy, pick_place_fleet):
     assert fleet_learn(run_copy, pick_place_fleet, crash_at="fleet-trained").returncode != 0
     trained = open_checkpoint(run_copy).step
@@ -240,6 +245,8 @@ def test_a_run_killed_after_retraining_accounts_for_the_round_without_training_a
     assert [account["round"] for account in accounts] == [0, 1] and accounts[1]["episodes"] == 8
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_two_rounds_under_torchrun_train_on_the_seed_and_the_expert_labels(pick_place_fleet, tmp_path):
     run = tmp_path / "run"
     completed = fleet_learn(run, pick_place_fleet, "--rounds", "2", ranks=2)
@@ -254,6 +261,7 @@ def test_two_rounds_under_torchrun_train_on_the_seed_and_the_expert_labels(pick_
     assert "with the expert's labels from 2 deployment round(s)" in completed.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options, message", [
     (("--help-steps", "0"), "--help-steps must be at least 1"),
     (("--gate", "loudest"), "--gate must be one of"),
@@ -264,6 +272,7 @@ def test_bad_options_are_one_line(options, message, pick_place_fleet, tmp_path):
     assert completed.returncode == 2 and message in completed.stderr and len(completed.stderr.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_run_of_another_task_or_a_policy_the_fleet_cannot_render_is_refused(trained_run, camera_fleet, tmp_path):
     run = shutil.copytree(trained_run, tmp_path / "run", symlinks=True)
     completed = fleet_learn(run, camera_fleet)

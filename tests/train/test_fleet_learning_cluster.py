@@ -7,6 +7,7 @@ import signal
 import subprocess
 import time
 
+import pytest
 from distributed import Client
 
 from collect_helpers import REPO, assert_same_stores, wait_for_episodes
@@ -15,6 +16,8 @@ from dataset import FleetStore
 from dataset.verify import verify_store
 from tests.train.test_fleet_learning import fleet_learn, fleet_learn_command
 from train_helpers import train_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 LONGER = ("--deploy-episodes", "6")  # long enough to kill a worker in the middle
 

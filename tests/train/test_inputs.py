@@ -81,6 +81,7 @@ def test_random_shift_is_a_crop_of_the_edge_padded_image():
     assert torch.equal(random_shift(images, 0), images)
 
 
+@pytest.mark.slow
 def test_augmentation_runs_in_training_mode_only(camera_fleet):
     from dataset import FleetStore
     from dataset.stats import fleet_stats
@@ -104,6 +105,7 @@ def run_evaluate(*arguments) -> subprocess.CompletedProcess:
                           env=subprocess_env(), cwd=REPO, timeout=600)
 
 
+@pytest.mark.slow
 def test_a_visuomotor_policy_learns_and_evaluates_without_the_privileged_state(camera_fleet, tmp_path):
     """cnn on proprio+cameras: its loss falls, its choice is saved, and evaluate runs it on an env without
     observation.environment_state, which refuses a state policy in one line."""
@@ -143,6 +145,7 @@ def test_a_visuomotor_policy_learns_and_evaluates_without_the_privileged_state(c
         "available: a real robot could not run it (train on --inputs proprio+cameras)"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arguments, message", [
     (["--policy", "mlp", "--inputs", "proprio+cameras"], "mlp takes no camera images"),
     (["--policy", "cnn", "--inputs", "pixels"], "--inputs must be one of"),

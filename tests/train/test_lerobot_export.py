@@ -19,6 +19,8 @@ from train.checkpoint import load_policy
 from train.export import main as export_main
 from train_helpers import train
 
+pytestmark = pytest.mark.slow
+
 
 def export(run, out) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "train.export", str(run), str(out)], capture_output=True, text=True,

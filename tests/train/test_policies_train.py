@@ -8,6 +8,8 @@ from sim.tasks import resolve_task
 from train_helpers import metrics, summary, train
 from train.checkpoint import load_policy, open_checkpoint
 
+pytestmark = pytest.mark.slow
+
 FLEETS = {"camera": ("reach", ("front",)), "pick_place": ("pick_place", ())}  # fixture -> task, cameras
 
 
@@ -58,6 +60,7 @@ def test_a_policy_trains_and_its_checkpoint_drives_envs(kind, fleet, request, tm
     assert "is_success" in info
 
 
+@pytest.mark.cluster
 def test_act_on_a_camera_trains_under_two_torchrun_ranks_without_warnings(camera_fleet, tmp_path):
     run = tmp_path / "ddp"
     completed = train("--data", camera_fleet, "--out", run, "--policy", "act", "--max-steps", "2",

@@ -18,6 +18,7 @@ def refusal(completed) -> str:
     return completed.stderr
 
 
+@pytest.mark.slow
 def test_the_checkpoint_records_the_data_it_was_trained_on(trained_run):
     identity = open_checkpoint(trained_run).identity
     assert identity["task"] == "pick_place" and identity["episodes"] == {"0": 3, "1": 3, "2": 3}
@@ -25,12 +26,14 @@ def test_the_checkpoint_records_the_data_it_was_trained_on(trained_run):
     assert len(identity["episode_seeds"]) == 16
 
 
+@pytest.mark.slow
 def test_resuming_on_another_task_is_refused(run_copy, camera_fleet):
     stderr = refusal(train("--data", camera_fleet, "--out", run_copy, "--max-steps", "30"))
     assert f"cannot resume {run_copy}: it was trained on task pick_place, not reach" in stderr
     assert open_checkpoint(run_copy).step == 20  # nothing was written
 
 
+@pytest.mark.slow
 def test_other_data_of_the_same_task_is_refused_unless_allowed(run_copy, pick_place_fleet):
     other = ["--data", pick_place_fleet, "--out", run_copy, "--robots", "0", "1", "--max-steps", "30"]
     stderr = refusal(train(*other))
@@ -46,6 +49,7 @@ def test_other_data_of_the_same_task_is_refused_unless_allowed(run_copy, pick_pl
         assert all((resumed.stats[name][key] == value).all() for key, value in values.items())
 
 
+@pytest.mark.slow
 def test_an_optimisation_option_changed_on_resume_is_refused_and_max_steps_is_applied_and_said(
         run_copy, pick_place_fleet):
     stderr = refusal(train("--data", pick_place_fleet, "--out", run_copy, "--max-steps", "30", "--lr", "1e-2"))
@@ -59,6 +63,8 @@ def test_an_optimisation_option_changed_on_resume_is_refused_and_max_steps_is_ap
     assert open_checkpoint(run_copy).config["max_steps"] == 30
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_an_error_a_restart_cannot_fix_ends_the_torchrun_job_after_one_attempt(pick_place_fleet, tmp_path):
     run = tmp_path / "run"
     command = train_command("--data", pick_place_fleet, "--out", run, "--batch-size", "100000", ranks=2,

@@ -36,6 +36,7 @@ def hold_ranks(ranks: int) -> subprocess.Popen:
     return process
 
 
+@pytest.mark.slow
 def test_a_run_shares_the_cores_with_the_other_training_ranks_and_takes_them_back(registry):
     alone = ThreadShare()
     assert alone.threads == usable_cores() == torch.get_num_threads()
@@ -75,6 +76,7 @@ def test_the_sync_efficiency_warning_names_thread_oversubscription(registry, tmp
         in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_start_line_says_the_thread_count(pick_place_fleet, tmp_path):
     completed = train("--data", pick_place_fleet, "--out", tmp_path / "run", "--max-steps", "1", "--threads", "1")
     assert completed.returncode == 0, completed.stderr[-2000:]

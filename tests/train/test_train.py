@@ -15,6 +15,7 @@ from collect_helpers import REPO, default_sigint, interrupt
 from train_helpers import metrics, summary, train, train_command, train_env
 
 
+@pytest.mark.slow
 def test_one_process_learns_checkpoints_and_resumes_where_it_stopped(pick_place_fleet, tmp_path):
     run = tmp_path / "run"
     first = train("--data", pick_place_fleet, "--out", run, "--max-steps", "40")
@@ -53,6 +54,7 @@ def test_one_process_learns_checkpoints_and_resumes_where_it_stopped(pick_place_
     assert [r["step"] for r in metrics(run)][-1] == 20
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_the_last_checkpoint_says_so_in_one_line_and_a_rerun_resumes(pick_place_fleet, tmp_path):
     run = tmp_path / "run"
     process = subprocess.Popen(train_command("--data", pick_place_fleet, "--out", run, "--max-steps", "1000000"),
@@ -73,6 +75,7 @@ def test_ctrl_c_keeps_the_last_checkpoint_says_so_in_one_line_and_a_rerun_resume
     assert open_checkpoint(run).step == step + 10
 
 
+@pytest.mark.slow
 def test_a_checkpoint_is_all_evaluation_needs(pick_place_fleet, tmp_path):
     run = tmp_path / "run"
     assert train("--data", pick_place_fleet, "--out", run, "--max-steps", "10").returncode == 0
@@ -90,6 +93,8 @@ def test_a_checkpoint_is_all_evaluation_needs(pick_place_fleet, tmp_path):
     assert np.stack(actions).shape == (10, 5) and np.isfinite(actions).all()
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_two_torchrun_ranks_end_with_identical_weights(pick_place_fleet, tmp_path):
     run = tmp_path / "ddp"
     completed = train("--data", pick_place_fleet, "--out", run, "--max-steps", "20", ranks=2)
@@ -101,6 +106,7 @@ def test_two_torchrun_ranks_end_with_identical_weights(pick_place_fleet, tmp_pat
     assert json.loads((run / "config.json").read_text())["config"]["comm_hook"] == "shm"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arguments, message", [
     (["--data", "/nonexistent"], "no fleet store"),
     (["--policy", "transformer"], "unknown policy"),
@@ -125,6 +131,8 @@ def final_weights(run) -> dict:
     return open_checkpoint(run).weights
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_accumulation_and_ranks_match_one_large_batch(pick_place_fleet, tmp_path):
     """Each step sees the same 64 windows: 1 rank x 64, 1 rank x 32 x 2 micro-steps, 2 ranks x 32.
 
@@ -146,6 +154,7 @@ def test_accumulation_and_ranks_match_one_large_batch(pick_place_fleet, tmp_path
             np.testing.assert_allclose(other[key].numpy(), value.numpy(), atol=1e-5, err_msg=f"{name} {key}")
 
 
+@pytest.mark.slow
 def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_checkpoint(pick_place_fleet, tmp_path):
     run = tmp_path / "run"
     completed = train("--data", pick_place_fleet, "--out", run, "--max-steps", "50", "--lr", "1e30",
@@ -212,6 +221,7 @@ def test_adamw_takes_only_trained_weights_and_steps_like_torchs_default_loop():
     assert torch.equal(fused_model[0].bias, loop_model[0].bias)
 
 
+@pytest.mark.slow
 def test_ema_weights_are_what_evaluation_loads_and_a_resume_restores_both(pick_place_fleet, tmp_path):
     """10 steps, then a resumed 11th, with an EMA of decay 0.9 and a checkpoint every step.
 

@@ -17,6 +17,8 @@ PROBE = REPO / "tests" / "train" / "comm_hook_probe.py"
 TRANSPORT_PROBE = REPO / "tests" / "train" / "transport_probe.py"
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 def test_comm_hooks_average_gradients_within_their_precision(tmp_path):
     """Several buckets per backward, ranks with different gradients; errors against the exact mean.
 
@@ -47,6 +49,8 @@ def test_comm_hooks_average_gradients_within_their_precision(tmp_path):
                                                                "UnlabelledDistributedDataParallel": False}}
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.parametrize("transport", ["ring", "shm"])
 def test_cpu_transports_sum_like_gloo_on_three_ranks_and_fail_cleanly(tmp_path, transport):
     """Three ranks (a real ring: each rank's two neighbours differ), sizes below the rank count included.
@@ -82,6 +86,8 @@ def test_cpu_transports_sum_like_gloo_on_three_ranks_and_fail_cleanly(tmp_path, 
         assert results["segment_files_left"] == []
 
 
+@pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.parametrize("hook, extra", [
     ("none", ["--grad-accum", "2"]),                           # gloo's all-reduce, into bucket views
     ("ring", ["--bucket-cap-mb", "0.05"]),                     # the socket ring, several buckets a step

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from train.config import TrainConfig
@@ -11,6 +13,7 @@ from train_helpers import metrics, train
 TIMING = ("samples_per_s", "data_wait_s", "compute_s", "communication_s", "sync_efficiency")
 
 
+@pytest.mark.slow
 def test_a_run_writes_metrics_tensorboard_wandb_offline_and_a_curve(pick_place_fleet, tmp_path):
     run = tmp_path / "run"
     completed = train("--data", pick_place_fleet, "--out", run, "--max-steps", "10", "--amp", "bf16",

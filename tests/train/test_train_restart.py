@@ -5,10 +5,14 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 import psutil
 
 from collect_helpers import REPO
 from train_helpers import metrics, train_command, train_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
 def wait_for_checkpoint(run, job: subprocess.Popen, timeout: float = 300) -> str:
