@@ -8,7 +8,9 @@ On CPU (gloo) it runs four setups:
 
 - ``1r1t``: 1 rank, 1 thread: one core's worth of training, the weak-scaling unit;
 - ``1r2t``: 1 rank, 2 threads: what one process makes of both cores;
-- ``2r1t``: 2 ranks under torchrun, 1 thread each;
+- ``2r1t``: 2 ranks under torchrun, 1 thread each, with the default comm hook (``auto``);
+- ``2r1t_gloo``: the same with ``--comm-hook none``: torch's DDP with gloo's own all-reduce,
+  the figure the default is held against;
 - ``2p1t``: two independent 1-rank, 1-thread runs at once: what the machine itself gives
   two processes (shared caches, memory bandwidth, the VM), the limit for 2r1t.
 
@@ -19,6 +21,8 @@ how much of the gap is the operating system's scheduler rather than DDP or gloo.
 ``--no-realtime`` skips them.
 
     weak-scaling efficiency = samples/s of 2r1t / (2 x samples/s of 1r1t)     (goal >= 0.9)
+
+and the same of 2r1t_gloo beside it.
 
 ``2r1t / 2p1t`` is what DDP keeps of the machine's own two-process throughput, and
 ``2r1t / 1r2t`` says whether two ranks use the two cores better than threads do.
@@ -72,7 +76,9 @@ REPO = Path(__file__).resolve().parent.parent
 # name: (ranks per run, threads per rank (0: no --threads, bc.py's own share), runs at once, under the real-time
 # scheduler, one torchrun agent per rank (as on that many machines) instead of one --standalone torchrun)
 CPU_SETUPS = {"1r1t": (1, 1, 1, False, False), "1r2t": (1, 2, 1, False, False), "2r1t": (2, 1, 1, False, False),
-              "2p1t": (1, 1, 2, False, False)}
+              "2r1t_gloo": (2, 1, 1, False, False), "2p1t": (1, 1, 2, False, False)}
+# bc.py options a setup adds after everyone's (so they win): 2r1t_gloo is torch's DDP with no comm hook
+SETUP_OPTIONS = {"2r1t_gloo": ["--comm-hook", "none"]}
 REALTIME_SETUPS = {f"{name}_fifo": (*CPU_SETUPS[name][:3], True, False) for name in ("1r1t", "2r1t", "2p1t")}
 # --case threads: runs that share the host with no --threads, against one run alone
 THREAD_SETUPS = {"1r1t": CPU_SETUPS["1r1t"], "2p_auto": (1, 0, 2, False, False), "2r_auto": (2, 0, 1, False, False),
@@ -146,7 +152,8 @@ def window_figures(windows: list[list[dict]]) -> dict:
 
 def scaling(setups: dict[str, tuple[int, int, int, bool]], data: Path, work: Path, args, ratios: dict) -> dict:
     """Every setup once per round, back to back; the best rates and the median within-round ratios."""
-    rounds = [{name: train_figures(data, work / name, *setup, args.steps, args.log_interval, args.bc_options)
+    rounds = [{name: train_figures(data, work / name, *setup, args.steps, args.log_interval,
+                                   [*args.bc_options, *SETUP_OPTIONS.get(name, [])])
                for name, setup in setups.items()} for _ in range(args.rounds)]
     best = {name: max(rounds, key=lambda r: r[name]["samples_per_s"])[name] for name in setups}
     return {
@@ -162,12 +169,14 @@ def scaling(setups: dict[str, tuple[int, int, int, bool]], data: Path, work: Pat
 
 
 def cpu_scaling(data: Path, work: Path, args, realtime: bool) -> dict:
-    """1r1t, 1r2t, 2r1t and 2p1t on CPU (gloo); with ``realtime`` also 1r1t, 2r1t and 2p1t under ``chrt --fifo``."""
+    """1r1t, 1r2t, 2r1t, 2r1t_gloo and 2p1t on CPU (gloo); with ``realtime`` also 1r1t, 2r1t and 2p1t under
+    ``chrt --fifo``."""
     def rate(r: dict, name: str) -> float:
         return r[name]["samples_per_s"]
 
     ratios = {
         "weak_scaling_efficiency": lambda r: rate(r, "2r1t") / (2 * rate(r, "1r1t")),
+        "weak_scaling_efficiency_gloo": lambda r: rate(r, "2r1t_gloo") / (2 * rate(r, "1r1t")),
         "two_ranks_vs_two_processes": lambda r: rate(r, "2r1t") / rate(r, "2p1t"),
         "machine_two_processes": lambda r: rate(r, "2p1t") / (2 * rate(r, "1r1t")),
         "two_ranks_vs_two_threads": lambda r: rate(r, "2r1t") / rate(r, "1r2t"),
@@ -267,7 +276,8 @@ def main(argv: list[str] | None = None) -> dict:
                 recorded=args.data is None)
         return result
     header = ["date", "code", "device", "job", "bc.py options", "steps", "1 rank x1 samples/s", "1 rank x2 samples/s",
-              "2 ranks samples/s", "2 procs samples/s", "sync eff 2 ranks", "weak scaling", "machine 2 procs",
+              "2 ranks samples/s", "2 procs samples/s", "sync eff 2 ranks", "weak scaling",
+              "2 ranks gloo samples/s", "sync eff 2 ranks gloo", "weak scaling gloo", "machine 2 procs",
               "2 ranks / 2 procs", "2 ranks / 1 rank x2", "sync eff 2 ranks (fifo)", "weak scaling (fifo)",
               "2 ranks / 2 procs (fifo)", "data wait 2 ranks"]
     rows = []
@@ -277,7 +287,9 @@ def main(argv: list[str] | None = None) -> dict:
                      round(best["1r1t"]["samples_per_s"]), round(best["1r2t"]["samples_per_s"]),
                      round(best["2r1t"]["samples_per_s"]), round(best["2p1t"]["samples_per_s"]),
                      f"{best['2r1t']['sync_efficiency']:.2f}", f"{ratios['weak_scaling_efficiency']:.2f}",
-                     f"{ratios['machine_two_processes']:.2f}", f"{ratios['two_ranks_vs_two_processes']:.2f}",
+                     round(best["2r1t_gloo"]["samples_per_s"]), f"{best['2r1t_gloo']['sync_efficiency']:.2f}",
+                     f"{ratios['weak_scaling_efficiency_gloo']:.2f}", f"{ratios['machine_two_processes']:.2f}",
+                     f"{ratios['two_ranks_vs_two_processes']:.2f}",
                      f"{ratios['two_ranks_vs_two_threads']:.2f}",
                      *((f"{best['2r1t_fifo']['sync_efficiency']:.2f}", f"{ratios['weak_scaling_efficiency_fifo']:.2f}",
                         f"{ratios['two_ranks_vs_two_processes_fifo']:.2f}") if "2r1t_fifo" in best else ["–"] * 3),
@@ -288,7 +300,7 @@ def main(argv: list[str] | None = None) -> dict:
                      f"{gpu['ratios']['weak_scaling_efficiency']:.2f}"] if two else ["–"] * 4)
         backend = "nccl" if two else "1 process"  # one GPU: no DDP, so no nccl either
         rows.append([machine["date"], machine["code_version"], f"{gpu['gpus']}x {gpu['gpu']} ({backend})", job, options,
-                     args.steps, round(gpu["best"]["1gpu"]["samples_per_s"]), "–", *two_gpus, *["–"] * 7])
+                     args.steps, round(gpu["best"]["1gpu"]["samples_per_s"]), "–", *two_gpus, *["–"] * 10])
     # A GPU-only run keeps its own JSON (the CPU figures stay in train_speed.json); the table is shared.
     publish(name if cpu is not None else f"{name}_gpu", result, header, rows, args, table=name,
             recorded=args.data is None)

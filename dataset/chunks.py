@@ -17,9 +17,8 @@ from typing import Iterator
 
 import numpy as np
 import zarr
-from zarr.core.sync import sync  # runs a coroutine on zarr's own IO event loop
 
-from dataset.shard import Shard
+from dataset.shard import Shard, run_async
 
 
 class DataError(ValueError):
@@ -94,7 +93,7 @@ def _repair_hint(shard: Shard) -> str:
 
 def check_present(shard: Shard, paths: list[str]) -> None:
     """Raise ``DataError`` if a chunk that the committed range of one of ``paths`` needs is missing."""
-    present = set(sync(list_keys(shard.group.store)))
+    present = set(run_async(list_keys(shard.group.store)))
     for path in paths:
         length = shard.num_frames if path.startswith("data/") else shard.num_episodes
         for start, stop, keys in chunk_rows(shard.group[path], length):

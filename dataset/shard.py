@@ -36,17 +36,21 @@ episode mid-commit. On open the writer cuts away anything past the last commit.
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import zarr
+from zarr.abc.buffer import Buffer, BufferPrototype
 from zarr.abc.store import ByteRequest
 from zarr.codecs import BloscCodec, Crc32cCodec, ZstdCodec
-from zarr.core.array_spec import ArraySpec
-from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.core.sync import sync  # runs a coroutine on zarr's own IO event loop
 from zarr.registry import fully_qualified_name, register_codec
+
+if TYPE_CHECKING:  # the chunk description zarr's codec methods take; zarr.abc.codec names it from here too
+    from zarr.core.array_spec import ArraySpec
 
 SCHEMA_VERSION = 1
 FRAMES_PER_CHUNK = 1024  # low-dim features: ~80 KB chunks; a training window reads one or two
@@ -86,7 +90,7 @@ def array_layout(feature: dict) -> dict:
 
 
 class InlineLocalStore(zarr.storage.LocalStore):
-    """zarr's LocalStore, doing its reads and writes inline on zarr's event loop.
+    """zarr's LocalStore, doing its reads and writes inline on the event loop.
 
     LocalStore hands every file read and write to a thread (``asyncio.to_thread``). A
     shard's files are small and local, so on a small machine that hand-off costs as much
@@ -103,11 +107,16 @@ class InlineLocalStore(zarr.storage.LocalStore):
 
 
 class InlineZstdCodec(ZstdCodec):
-    """zarr's ZstdCodec, compressing inline on zarr's event loop instead of in a thread.
+    """zarr's ZstdCodec, compressing inline on the event loop instead of in a thread.
 
     The same trade as ``InlineLocalStore``: a low-dim chunk compresses in tens of
     microseconds, less than the thread hand-off. Its metadata is plain ``zstd``, so any
     zarr reader opens what it writes.
+
+    Both methods are zarr's public contract for codecs, despite the underscores:
+    ``_encode_single`` and ``_decode_single`` are what zarr's guide to custom codecs
+    ("Extending Zarr") says a codec implements, and ``_encode_sync`` and ``_decode_sync``
+    are the ``zarr.abc.codec.SupportsSyncCodec`` protocol, which ZstdCodec implements.
     """
 
     async def _encode_single(self, chunk_bytes: Buffer, chunk_spec: ArraySpec) -> Buffer | None:
@@ -125,9 +134,43 @@ register_codec("zstd", InlineZstdCodec)  # selectable by name; zarr's default st
 WRITER_ZARR_CONFIG = {"codecs.zstd": fully_qualified_name(InlineZstdCodec), "array.write_empty_chunks": True}
 
 
+def run_async(coroutine):
+    """Run a coroutine of zarr's async API (``zarr.api.asynchronous``, ``zarr.Array.async_array``) to its end;
+    its result, or its exception raised here.
+
+    It runs on one event loop that a thread of this module keeps running, as zarr's own
+    synchronous API does with its loop: calls from every thread share it, and none pays for
+    starting a loop.
+    """
+    return asyncio.run_coroutine_threadsafe(coroutine, _event_loop()).result()
+
+
+_LOOP: list[asyncio.AbstractEventLoop] = []  # the running loop, once started
+_LOOP_LOCK = threading.Lock()
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    with _LOOP_LOCK:
+        if not _LOOP:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="robofleet-zarr-io", daemon=True).start()
+            _LOOP.append(loop)
+        return _LOOP[0]
+
+
+def _forget_event_loop() -> None:
+    # a forked child has no copy of the loop's thread: its first call starts a loop of its own
+    global _LOOP_LOCK
+    _LOOP.clear()
+    _LOOP_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_event_loop)
+
+
 def run_concurrently(awaitables, return_exceptions: bool = False) -> list:
-    """Run zarr coroutines together on zarr's IO event loop; their results in order."""
-    return sync(_gather(awaitables, return_exceptions))
+    """Run zarr coroutines together (``run_async``); their results in order."""
+    return run_async(_gather(awaitables, return_exceptions))
 
 
 async def _gather(awaitables, return_exceptions: bool = False):

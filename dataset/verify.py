@@ -33,15 +33,14 @@ import dask
 import numpy as np
 import zarr
 from tqdm.dask import TqdmCallback
-from zarr.core.sync import sync  # runs a coroutine on zarr's own IO event loop
 
 from core.errors import one_line
 from core.progress import progress_bar
 from dataset.chunks import chunk_rows, decode_failure, has_checksums, list_keys, may_be_absent, rows_label
 from dataset.fleet_store import FleetStore
 from dataset.manifest import MANIFEST, REPAIR_DIR
-from dataset.shard import (META_FIELDS, SCHEMA_VERSION, Shard, committed_count, run_concurrently, storage_dtype,
-                           store_name)
+from dataset.shard import (META_FIELDS, SCHEMA_VERSION, Shard, committed_count, run_async, run_concurrently,
+                           storage_dtype, store_name)
 from sim.fleet import RobotProfile
 from sim.tasks import resolve_task
 
@@ -169,7 +168,7 @@ class _ShardCheck:
 
     def chunks(self, check_data: bool) -> None:
         """Chunk presence everywhere; decoding of the meta arrays, and of the data arrays if asked."""
-        keys = set(sync(list_keys(self.group.store)))
+        keys = set(run_async(list_keys(self.group.store)))
         unchecked = [path for path, array, _, _ in self.arrays() if not has_checksums(array)]
         if unchecked:
             self.report(f"{len(unchecked)} arrays ({', '.join(unchecked[:3])}{', ...' if len(unchecked) > 3 else ''}) "

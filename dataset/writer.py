@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import zarr
 from zarr.api import asynchronous as zarr_async
-from zarr.core.buffer import Buffer
-from zarr.core.sync import sync  # runs a coroutine on zarr's own IO event loop
+from zarr.abc.buffer import Buffer
 
 from dataset.shard import (CHUNK_KEYS, META_CHUNK, META_CODECS, META_FIELDS, SCHEMA_VERSION, WRITER_ZARR_CONFIG,
-                           InlineLocalStore, array_layout, committed_count, run_concurrently, storage_dtype)
+                           InlineLocalStore, array_layout, committed_count, run_async, run_concurrently,
+                           storage_dtype)
 
 
 @dataclass
@@ -78,7 +78,7 @@ class ShardWriter:
         # The arrays keep these settings once opened. zarr's config is process-wide: writers opening in
         # several threads at once could leave it set, which changes speed and empty chunks, never values.
         with zarr.config.set(WRITER_ZARR_CONFIG):
-            self.root = sync(zarr_async.open_group(store, mode="a"))
+            self.root = run_async(zarr_async.open_group(store, mode="a"))
             meta_names = ("episode_ends", *META_FIELDS)
             paths = [f"data/{name}" for name in self.features] + [f"meta/{name}" for name in meta_names]
             arrays = dict(zip(paths, run_concurrently(self.root.getitem(path) for path in paths)))
@@ -93,8 +93,8 @@ class ShardWriter:
         """
         files = dict(_empty_store_files(self.features))
         self._open(zarr.storage.MemoryStore(files))
-        self.root = sync(self.root.update_attributes({**self.attrs, "schema_version": SCHEMA_VERSION,
-                                                      "features": self.features, "failed_episodes": []}))
+        self.root = run_async(self.root.update_attributes({**self.attrs, "schema_version": SCHEMA_VERSION,
+                                                           "features": self.features, "failed_episodes": []}))
         self._append(episodes, failed_indices)
         building = self.path.parent / f".{self.path.name}.creating"
         if building.exists():
@@ -112,7 +112,7 @@ class ShardWriter:
         self.root = None
 
     def _cut_uncommitted_tail(self) -> None:
-        ends = sync(self.meta["episode_ends"].getitem(slice(None)))
+        ends = run_async(self.meta["episode_ends"].getitem(slice(None)))
         count = committed_count(ends)
         frames = int(ends[count - 1]) if count else 0
         resizes = [array.resize((frames, *array.shape[1:])) for array in self.data.values() if array.shape[0] != frames]
@@ -124,7 +124,7 @@ class ShardWriter:
         """Attempt indices already settled: committed episodes plus recorded failures."""
         if self.num_episodes == 0:
             return set(self.failed)
-        committed = sync(self.meta["episode_index"].getitem(slice(0, self.num_episodes))).tolist()
+        committed = run_async(self.meta["episode_index"].getitem(slice(0, self.num_episodes))).tolist()
         return set(committed) | set(self.failed)
 
     def commit(self, episodes: list[EpisodeRecord], failed_indices: list[int]) -> None:
@@ -150,16 +150,16 @@ class ShardWriter:
                 "episode_length": lengths,
             }
             try:
-                sync(_append_each([*((self.data[n], v) for n, v in columns.items()),
-                                    *((self.meta[n], v) for n, v in meta_columns.items())]))
+                run_async(_append_each([*((self.data[n], v) for n, v in columns.items()),
+                                        *((self.meta[n], v) for n, v in meta_columns.items())]))
             except (ValueError, RuntimeError) as error:  # appending decodes the last partial chunk: damaged
                 raise ValueError(f"{self.path.name} cannot be appended to, a chunk in it is damaged ({error}); "
                                  f"run `collect --repair {self.path.parent}` first") from None
         if failed_indices:
             self.failed = sorted({*self.failed, *failed_indices})
-            self.root = sync(self.root.update_attributes({"failed_episodes": self.failed}))
+            self.root = run_async(self.root.update_attributes({"failed_episodes": self.failed}))
         if episodes:
-            sync(self.meta["episode_ends"].append(self.num_frames + np.cumsum(lengths)))  # the commit
+            run_async(self.meta["episode_ends"].append(self.num_frames + np.cumsum(lengths)))  # the commit
             self.num_episodes += len(episodes)
             self.num_frames += int(lengths.sum())
 
@@ -196,6 +196,6 @@ def _empty_store_files(features: dict[str, dict]) -> dict[str, Buffer]:
     key = json.dumps(features, sort_keys=True)
     if key not in _TEMPLATES:
         files = {}
-        sync(_build_skeleton(zarr.storage.MemoryStore(files), features))
+        run_async(_build_skeleton(zarr.storage.MemoryStore(files), features))
         _TEMPLATES[key] = files
     return _TEMPLATES[key]

@@ -4,11 +4,15 @@ evaluated as the BC figures it is compared with (issue 44).
     .venv/bin/python -m experiments.fleet_learning                    # pick_place from cameras (rounds resume)
     .venv/bin/python -m experiments.fleet_learning --run-rounds 2     # carry on up to round 2 only
     .venv/bin/python -m experiments.fleet_learning --setting state    # the gates side by side, state MLP
+    .venv/bin/python -m experiments.fleet_learning --setting budget   # ... where help is scarce
 
 ``--setting`` picks the defaults (``SETTINGS``): ``visuomotor``, the cnn from the front and
 wrist cameras and the arm's own state, seeded with docs/scaling.md's 27 x 10 visuomotor point;
 ``state``, the state MLP from a weak seed (3 x 10), every gate from the same seed policy at
-one budget, cheap enough to set the gates side by side (ROHE over the random gate's).
+one plentiful budget, cheap enough to set the gates side by side (ROHE over the random gate's);
+``budget``, the same where help is scarce: a seed that mostly succeeds (9 x 10), 5 operators
+for 50 robots, 600 expert steps a round in hand-overs of 15, and a random gate whose
+operators are never idle while the budget lasts (Fleet-DAgger's random allocation).
 
 As a user would run it, each stage a subprocess with its output in a log under ``--out``:
 
@@ -54,17 +58,26 @@ SETTINGS = {  # the defaults of each --setting
     # the recorded run: the cnn from cameras, seeded with docs/scaling.md's 27 x 10 visuomotor point
     "visuomotor": {"seed_robots": 27, "seed_episodes": 10, "cameras": ("front", "wrist"), "policy": "cnn",
                    "inputs": "proprio+cameras", "hidden": (256, 256), "batch_size": 64, "seed_steps": 2700,
-                   "round_steps": 1000, "gates": ("stall",)},
-    # the gates side by side at one budget, cheaply: the state MLP from a weak seed (3 robots x 10)
+                   "round_steps": 1000, "gates": ("stall",), "operators": 10, "help_steps": 3000,
+                   "segment_steps": 40, "random_rate": 0.02},
+    # the gates side by side with plentiful help, cheaply: the state MLP from a weak seed (3 robots x 10)
     "state": {"seed_robots": 3, "seed_episodes": 10, "cameras": (), "policy": "mlp", "inputs": "state",
               "hidden": (512, 512, 512), "batch_size": 256, "seed_steps": 500, "round_steps": 500,
-              "gates": ("random", "stall", "uncertainty", "fleet")},
+              "gates": ("random", "stall", "uncertainty", "fleet"), "operators": 10, "help_steps": 3000,
+              "segment_steps": 40, "random_rate": 0.02},
+    # the gates side by side where help is scarce, as in Fleet-DAgger: a seed that mostly succeeds (9 robots x
+    # 10), 5 operators for 50 robots, 600 expert steps a round in short hand-overs; the random gate's
+    # operators are never idle while the budget lasts, each taking a robot at random
+    "budget": {"seed_robots": 9, "seed_episodes": 10, "cameras": (), "policy": "mlp", "inputs": "state",
+               "hidden": (512, 512, 512), "batch_size": 256, "seed_steps": 900, "round_steps": 500,
+               "gates": ("random", "stall", "uncertainty", "fleet"), "operators": 5, "help_steps": 600,
+               "segment_steps": 15, "random_rate": 1.0},
 }
 
 
 @dataclass
 class FleetLearningConfig:
-    setting: str = field(default="visuomotor", metadata={"help": "visuomotor or state: the defaults below"})
+    setting: str = field(default="visuomotor", metadata={"help": "visuomotor, state or budget: the defaults below"})
     task: str = field(default="pick_place", metadata={"help": "task"})
     seed_robots: int | None = field(default=None, metadata={"help": "robots of the seed collection"})
     seed_episodes: int | None = field(default=None, metadata={"help": "seed demonstrations per robot"})
@@ -84,9 +97,11 @@ class FleetLearningConfig:
                 "carries on at the seed schedule's end, 10% of the peak)"})
     gates: tuple[str, ...] = field(default=(), metadata={
         "help": "gates (fleet_learn.py --gate), one run each from the same seed policy"})
-    operators: int = field(default=10, metadata={"help": "robots helped at most at once"})
-    help_steps: int = field(default=3000, metadata={"help": "expert steps per round"})
-    segment_steps: int = field(default=40, metadata={"help": "expert steps per hand-over at most"})
+    operators: int | None = field(default=None, metadata={"help": "robots helped at most at once"})
+    help_steps: int | None = field(default=None, metadata={"help": "expert steps per round"})
+    segment_steps: int | None = field(default=None, metadata={"help": "expert steps per hand-over at most"})
+    random_rate: float | None = field(default=None, metadata={
+        "help": "random gate: the share of steps a robot asks (1: operators never idle while the budget lasts)"})
     fleet_robots: int = field(default=50, metadata={"help": "robots deployed each round"})
     deploy_episodes: int = field(default=2, metadata={"help": "episodes per deployed robot each round"})
     eval_robots: int = field(default=50, metadata={"help": "robots evaluated (0..N-1, as the full run)"})
@@ -115,7 +130,7 @@ class FleetLearningConfig:
 
     @property
     def name(self) -> str:
-        """The results' name: ``fleet_learning`` for the recorded (visuomotor) run, ``fleet_learning_state``."""
+        """The results' name: ``fleet_learning`` for the recorded (visuomotor) run, else ``fleet_learning_SETTING``."""
         return "fleet_learning" if self.setting == "visuomotor" else f"fleet_learning_{self.setting}"
 
 
@@ -135,6 +150,7 @@ def fleet_learn_command(config: FleetLearningConfig, gate: str, run: Path, stop_
             "--max-steps", str(config.seed_steps), "--rounds", str(config.rounds), "--stop-after", str(stop_after),
             "--round-steps", str(config.round_steps), "--round-lr", str(config.round_lr), "--gate", gate, "--operators", str(config.operators),
             "--help-steps", str(config.help_steps), "--segment-steps", str(config.segment_steps),
+            "--random-rate", str(config.random_rate),
             "--fleet-robots", str(config.fleet_robots), "--deploy-episodes", str(config.deploy_episodes),
             "--workers", str(config.workers)]
 

@@ -20,8 +20,9 @@ from sim.fleet import SITES
 
 
 def bc_points(task: str, frames_per_demo: float, setting: str) -> dict[str, list[dict]]:
-    """BC's recorded points on ``task`` in ``setting``: ``scaling`` (held-out robots) and ``full_run`` (the
-    training robots on held-out seeds), each with expert-labelled frames and success over the expert."""
+    """BC's recorded points on ``task`` from ``setting``'s inputs (``state`` or ``visuomotor``): ``scaling``
+    (held-out robots) and ``full_run`` (the training robots on held-out seeds), each with expert-labelled frames
+    and success over the expert."""
     results = REPO / "experiments" / "results"
     suffix = "" if setting == "state" else f"_{setting}"
     points: dict[str, list[dict]] = {"scaling": [], "full_run": []}
@@ -64,10 +65,13 @@ def rows(runs: dict, expert: dict) -> list[dict]:
 
 def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str:
     lines = [f"Measured on {machine_facts()['cores']} cores, code {machine_facts()['code_version']}: "
-             f"{config['policy']} on {config['inputs']} ({' + '.join(config['cameras'])} at {config['image_size']} px), "
+             f"{config['policy']} on {config['inputs']}"
+             + (f" ({' + '.join(config['cameras'])} at {config['image_size']} px)" if config['cameras'] else "") + ", "
              f"seed {config['seed_robots']} robots x {config['seed_episodes']} demonstrations; each round deploys on "
              f"{config['fleet_robots']} robots x {config['deploy_episodes']} episodes with {config['operators']} "
-             f"operators, {config['help_steps']} expert steps, hand-overs of up to {config['segment_steps']} steps, "
+             f"operators, {config['help_steps']} expert steps, hand-overs of up to {config['segment_steps']} steps"
+             + (f", the random gate asking on {config['random_rate']:.0%} of the steps" if "random" in config['gates']
+                else "") + ", "
              f"then trains {config['round_steps']} steps. Evaluated on robots 0..{config['eval_robots'] - 1} x "
              f"{config['eval_episodes']} held-out episodes (the expert: {expert['fleet']['pc_success']:.1f}%)"
              + (f", and on held-out robots {config['fleet_robots']}..{config['fleet_robots'] + config['held_out_robots'] - 1}"
@@ -129,7 +133,8 @@ def plot(table: list[dict], bc: dict[str, list[dict]], setting: str, path: Path)
 def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> dict:
     """Write the results file, the docs table and the plot; the results."""
     seed_frames = next(iter(runs.values()))["accounts"][0]["labelled_so_far"]
-    bc = bc_points(config.task, seed_frames / (config.seed_robots * config.seed_episodes), config.setting)
+    inputs = "visuomotor" if config.cameras else "state"
+    bc = bc_points(config.task, seed_frames / (config.seed_robots * config.seed_episodes), inputs)
     table = rows(runs, expert)
     config_dict = asdict(config)
     media = Path(config.media) / f"{config.name}_{config.task}.png"
@@ -137,10 +142,12 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
               "expert": expert["fleet"], "rows": table, "rohe_over_random": rohe_over_random(table), "bc": bc,
               "runs": runs, "seconds": seconds, "plot": str(media)}
     write_results(config.name, result, Path(config.results_dir))
-    plot(table, bc, config.setting, media)
+    plot(table, bc, inputs, media)
+    ratios = ", ".join(f"{gate} {ratio:.2f}" for gate, ratio in result["rohe_over_random"].items() if gate != "random")
+    over_random = f"\n\nROHE over all rounds, over the random gate's: {ratios}." if ratios else ""
     write_section(Path(config.docs), config.name, f"## The recorded run ({config.setting})",
-                  markdown(config_dict, table, expert, command) + f"\n\n![success against expert frames]"
-                  f"(media/{media.name})")
+                  markdown(config_dict, table, expert, command) + over_random
+                  + f"\n\n![success against expert frames](media/{media.name})")
     best = max(table, key=lambda row: row["over_expert"])
     print(f"best: gate {best['gate']} round {best['round']}: {best['over_expert']:.2f} of the expert from "
           f"{best['labelled_so_far']} expert-labelled frames")

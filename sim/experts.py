@@ -4,6 +4,11 @@ Every expert has ``reset(seed)`` and ``__call__(observation) -> action``. They r
 only what a policy reads (the noisy observation dict) plus the robot's profile, and
 they draw a few style parameters per episode from ``seed`` (speed, clearance height,
 waypoints, action noise), so that demonstrations are varied rather than one fixed path.
+
+Driving, an expert is a phase machine: what it does depends on the phase it remembers
+(a grasp it started, a waypoint it chose). ``label(observation)`` is the same expert as a
+function of the state alone, for labelling states it did not reach itself (DAgger): the
+phase is read from the observation and the exploration noise is left out.
 """
 
 from __future__ import annotations
@@ -57,6 +62,20 @@ class ScriptedExpert:
         self.gripper_width = float(state[12])
         self.env_state = observation["observation.environment_state"].astype(np.float64)
 
+    def label(self, observation: dict) -> np.ndarray:
+        """The action for ``observation`` read from the state alone: the same label whatever came before."""
+        self._parse(observation)
+        self.phase = self._phase_of_state()
+        noise, self.noise = self.noise, 0.0
+        try:
+            return self(observation)
+        finally:
+            self.noise = noise
+
+    def _phase_of_state(self) -> str:
+        """The phase the state shows (``label``); the parsed observation is current."""
+        raise NotImplementedError
+
     def _move(self, target: np.ndarray, gain: float = 0.8, gripper: float = -1.0, yaw_error: float = 0.0):
         """Action that moves the end-effector a fraction ``gain`` of the way to ``target``."""
         step = (target - self.ee) * gain / MAX_POSITION_STEP
@@ -84,6 +103,10 @@ class ReachExpert(ScriptedExpert):
             self.waypoint = None
         return self._move(goal if self.waypoint is None else self.waypoint)
 
+    def _phase_of_state(self) -> str:
+        self.waypoint = None  # a waypoint is a choice, not something the state shows: straight to the goal
+        return "reach"
+
 
 class _CubeExpert(ScriptedExpert):
     def _parse(self, observation: dict) -> None:
@@ -103,21 +126,32 @@ class PushExpert(_CubeExpert):
     If the cube slips off the line, the expert lifts, goes round and lines up again.
     """
 
-    def __call__(self, observation: dict) -> np.ndarray:
-        self._parse(observation)
+    def _line(self) -> tuple[np.ndarray, float, float, float]:
+        """The goal line through the cube: its direction, the cube's distance to the goal, and where the
+        fingers are along the line and off it."""
         to_goal = self.goal[:2] - self.cube[:2]
         distance = float(np.linalg.norm(to_goal))
         direction = to_goal / max(distance, 1e-6)
-        standoff = self.half + FINGER_HALF_WIDTH + 0.015
-        push_z = self.table + max(self.half, 0.015)
-        travel_z = self.table + 2 * self.half + self.clearance
-
         relative = self.ee[:2] - self.cube[:2]
         along = float(relative @ direction)
-        lateral = float(np.linalg.norm(relative - along * direction))
-        lined_up = along < -self.half and lateral < 0.5 * self.half + 0.005
+        return direction, distance, along, float(np.linalg.norm(relative - along * direction))
 
-        if self.phase == "push" and not lined_up:
+    def _push_z(self) -> float:
+        return self.table + max(self.half, 0.015)
+
+    def _lined_up(self) -> bool:
+        """Whether the fingers are behind the cube on the goal line."""
+        _, _, along, lateral = self._line()
+        return along < -self.half and lateral < 0.5 * self.half + 0.005
+
+    def __call__(self, observation: dict) -> np.ndarray:
+        self._parse(observation)
+        direction, distance, along, _ = self._line()
+        standoff = self.half + FINGER_HALF_WIDTH + 0.015
+        push_z = self._push_z()
+        travel_z = self.table + 2 * self.half + self.clearance
+
+        if self.phase == "push" and not self._lined_up():
             self.phase = "approach"
         if self.phase in ("start", "approach"):
             self.phase = "approach"
@@ -135,6 +169,10 @@ class PushExpert(_CubeExpert):
         reach = min(distance, 0.04)
         target = np.array([*(self.cube[:2] + (reach - standoff + 0.012) * direction), push_z])
         return self._move(target, gain=0.6, gripper=1.0)
+
+    def _phase_of_state(self) -> str:
+        """Pushing if the fingers are down behind the cube on the goal line, else approaching."""
+        return "push" if self._lined_up() and self.ee[2] <= self._push_z() + 0.01 else "approach"
 
 
 class PickPlaceExpert(_CubeExpert):
@@ -155,13 +193,33 @@ class PickPlaceExpert(_CubeExpert):
         """Height of the cube's centre while it travels: clear of the table."""
         return self.table + 2 * self.half + 0.03
 
+    def _cube_in_hand(self) -> bool:
+        """Whether the cube is between the fingers (fingers closed to nothing missed it)."""
+        return bool(np.linalg.norm(self.cube - self.ee) < self.half + 0.02 and self.gripper_width > 1.2 * self.half)
+
+    def _hover_point(self) -> np.ndarray:
+        return np.array([*self.cube[:2], self.cube[2] + self.half + self.clearance])
+
+    def _grasp_point(self) -> np.ndarray:
+        return np.array([*self.cube[:2], max(self.cube[2], self.table + 0.012)])
+
+    def _phase_of_state(self) -> str:
+        """Lifting or carrying a held cube; over the cube and squared: descending, or grasping at the bottom;
+        else going to the hover point."""
+        if self._cube_in_hand() and self._fingers_closed():
+            return "carry" if self.cube[2] > self._carry_height() - self.half - 0.005 else "lift"
+        over_cube = np.linalg.norm(self._hover_point()[:2] - self.ee[:2]) < 0.015
+        if over_cube and abs(self._yaw_to_cube()) < 0.1 and self.ee[2] <= self._hover_point()[2] + 0.01:
+            if abs(self.ee[2] - self._grasp_point()[2]) < 0.006:
+                self.grasp_count = 0
+                return "grasp"
+            return "descend"
+        return "hover"
+
     def __call__(self, observation: dict) -> np.ndarray:
         self._parse(observation)
-        hover = np.array([*self.cube[:2], self.cube[2] + self.half + self.clearance])
-        grasp_point = np.array([*self.cube[:2], max(self.cube[2], self.table + 0.012)])
-        cube_in_hand = (
-            np.linalg.norm(self.cube - self.ee) < self.half + 0.02 and self.gripper_width > 1.2 * self.half
-        )
+        hover, grasp_point = self._hover_point(), self._grasp_point()
+        cube_in_hand = self._cube_in_hand()
         if self.phase in ("lift", "carry") and not cube_in_hand:
             self.phase = "hover"
         if self.phase in ("start", "hover", "descend") and cube_in_hand and self._fingers_closed():
@@ -215,6 +273,15 @@ class StackExpert(PickPlaceExpert):
 
     def _carry_height(self) -> float:
         return self.table + 3 * self.half + 0.03  # the moving cube clears the base cube
+
+    def _phase_of_state(self) -> str:
+        """Once the cube sits on the base: letting go while the fingers hold it, then backing off."""
+        if np.linalg.norm(self.cube - self.goal) < 0.006:
+            if self._fingers_closed():
+                self.release_count = 0
+                return "release"
+            return "retreat"
+        return super()._phase_of_state()
 
     def __call__(self, observation: dict) -> np.ndarray:
         self._parse(observation)

@@ -35,6 +35,7 @@ if __name__ == "__main__":  # a torchrun restart of inputs that failed before en
 
 import torch  # noqa: E402
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from core.errors import fail, warn
@@ -46,7 +47,7 @@ from dataset.loader import make_dataloader
 from dataset.stats import fleet_stats
 from dataset.windows import FleetWindowDataset, WindowSpec
 from train.checkpoint import Checkpoint, latest_checkpoint, newest_intact_checkpoint, restore_rng_state, rng_state
-from train.comm.comm_hooks import UnlabelledDistributedDataParallel, register_comm_hook
+from train.comm.comm_hooks import register_comm_hook
 from train.config import TrainConfig
 from train.data import open_training_store
 from train.identity import check_resume, data_identity
@@ -198,8 +199,9 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None, r
         sync_batchnorm_layers = sum(isinstance(m, torch.nn.SyncBatchNorm) for m in policy.modules())
     # DDP broadcasts rank 0's buffers before every forward by default. Only BatchNorm's running statistics
     # change in training; the normalisation buffers never do, and the broadcast would be a collective a step.
-    running_stats = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.track_running_stats
-                        for m in policy.modules())  # _BatchNorm: every BatchNorm kind, SyncBatchNorm included
+    # The layers that keep running statistics say so in track_running_stats: every BatchNorm kind (SyncBatchNorm
+    # included), and InstanceNorm when asked to.
+    running_stats = any(getattr(m, "track_running_stats", False) for m in policy.modules())
     model = policy
     if ddp:
         # A backward pass gives some weights (a 1x1 convolution's) gradients of another memory layout than
@@ -209,8 +211,8 @@ def run_training(config: TrainConfig, labeller=None, until: int | None = None, r
             parameter.grad = torch.zeros_like(parameter) if parameter.requires_grad else None
         # gradient_as_bucket_view: each .grad is a view into DDP's bucket, so the backward writes the gradients
         # where the all-reduce reads them instead of copying them in and the averages back.
-        model = UnlabelledDistributedDataParallel(policy, bucket_cap_mb=config.bucket_cap_mb,
-                                                  broadcast_buffers=running_stats, gradient_as_bucket_view=True)
+        model = DistributedDataParallel(policy, bucket_cap_mb=config.bucket_cap_mb,
+                                        broadcast_buffers=running_stats, gradient_as_bucket_view=True)
         try:  # PowerSGD sends exact gradients during the warmup, compressed ones after it
             # the hook that runs (auto resolved) is what the saved config records
             config.comm_hook = register_comm_hook(model, config.comm_hook, device, config.powersgd_rank,

@@ -18,12 +18,12 @@ def test_train_speed_measures_one_and_two_ranks(pick_place_fleet, tmp_path, caps
                                "--no-realtime", "--results-dir", str(tmp_path), "--tables", str(tables),
                                "--out", str(out), "--", "--batch-size", "32", "--hidden", "32", "32"])
     scaling = result["mlp_scaling"]
-    assert set(scaling["best"]) == {"1r1t", "1r2t", "2r1t", "2p1t"}
+    assert set(scaling["best"]) == {"1r1t", "1r2t", "2r1t", "2r1t_gloo", "2p1t"}
     assert not any(setup["realtime"] for setup in scaling["setups"].values())
     assert all(figures["samples_per_s"] > 0 for figures in scaling["best"].values())
     assert scaling["best"]["1r1t"]["sync_efficiency"] == 1.0
     assert 0 < scaling["best"]["2r1t"]["sync_efficiency"] < 1
-    assert scaling["ratios"]["weak_scaling_efficiency"] > 0
+    assert scaling["ratios"]["weak_scaling_efficiency"] > 0 and scaling["ratios"]["weak_scaling_efficiency_gloo"] > 0
     assert "weak_scaling_efficiency_fifo" not in scaling["ratios"]
     assert json.loads(out.read_text())["mlp_scaling"]["ratios"] == scaling["ratios"]
     assert "cpu (gloo) | fleet | --batch-size 32 --hidden 32 32 | 4 |" in capsys.readouterr().out
@@ -37,7 +37,7 @@ def test_the_image_case_trains_the_cnn_on_cameras_and_reports_its_data_wait(came
     result = train_speed.main(["--case", "image", "--data", str(camera_fleet), "--steps", "4", "--log-interval", "2",
                                "--rounds", "1", "--no-realtime", "--out", str(out), "--", "--batch-size", "8"])
     scaling = result["image_scaling"]
-    assert set(scaling["best"]) == {"1r1t", "1r2t", "2r1t", "2p1t"}
+    assert set(scaling["best"]) == {"1r1t", "1r2t", "2r1t", "2r1t_gloo", "2p1t"}
     assert 0 <= scaling["data_wait_share"] < 1 and scaling["ratios"]["weak_scaling_efficiency"] > 0
     assert json.loads(out.read_text())["image_scaling"] == scaling
     assert "--policy cnn --inputs proprio+cameras --batch-size 32 --batch-size 8" in capsys.readouterr().out
@@ -75,9 +75,9 @@ def test_the_realtime_setups_repeat_the_cpu_ones_under_the_scheduler_and_get_the
     monkeypatch.setattr(train_speed, "train_figures", figures)
     args = SimpleNamespace(steps=4, log_interval=2, bc_options=[], rounds=2)
     result = train_speed.cpu_scaling(tmp_path, tmp_path, args, realtime=True)
-    assert started[:7] == [("1r1t", 1, 1, 1, False), ("1r2t", 1, 2, 1, False), ("2r1t", 2, 1, 1, False),
-                           ("2p1t", 1, 1, 2, False), ("1r1t_fifo", 1, 1, 1, True), ("2r1t_fifo", 2, 1, 1, True),
-                           ("2p1t_fifo", 1, 1, 2, True)] and len(started) == 14
+    assert started[:8] == [("1r1t", 1, 1, 1, False), ("1r2t", 1, 2, 1, False), ("2r1t", 2, 1, 1, False),
+                           ("2r1t_gloo", 2, 1, 1, False), ("2p1t", 1, 1, 2, False), ("1r1t_fifo", 1, 1, 1, True),
+                           ("2r1t_fifo", 2, 1, 1, True), ("2p1t_fifo", 1, 1, 2, True)] and len(started) == 16
     assert result["ratios"]["weak_scaling_efficiency"] == result["ratios"]["weak_scaling_efficiency_fifo"] == 0.9
     assert result["ratios"]["two_ranks_vs_two_processes_fifo"] == 0.9
     assert python_command(2, realtime=True)[:len(REALTIME) + 3] == [*REALTIME, python_command()[0], "-m",

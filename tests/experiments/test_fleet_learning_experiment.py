@@ -1,16 +1,18 @@
-"""experiments/fleet_learning.py at a tiny size: two gates from one seed policy, a round each, resumed."""
+"""experiments/fleet_learning.py at a tiny size: two gates from one seed policy, a round each, resumed; and
+experiments/fleet_rohe.py on its seed policy."""
 
 import json
 
 import pytest
 
 from collect_helpers import git_status
-from experiments import fleet_learning
+from experiments import fleet_learning, fleet_rohe
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 
-def test_a_tiny_run_writes_rows_accounts_and_a_plot_and_a_rerun_redoes_nothing(tmp_path, capsys):
+def test_a_tiny_run_writes_rows_accounts_and_a_plot_and_a_rerun_redoes_nothing_and_rohe_cells_deploy_its_seed(
+        tmp_path, capsys):
     docs = tmp_path / "fleet_learning.md"
     docs.write_text("# Fleet learning\n\nText before the table stays.\n")
     status = git_status()
@@ -45,3 +47,18 @@ def test_a_tiny_run_writes_rows_accounts_and_a_plot_and_a_rerun_redoes_nothing(t
     capsys.readouterr()
     fleet_learning.main(arguments)
     assert "done in" not in capsys.readouterr().out  # every stage was finished: nothing ran again
+
+    rohe_docs = tmp_path / "rohe.md"
+    rohe = ["--source", str(tmp_path / "run"), "--caps", "0", "30", "--gates", "random", "stall", "--fleet-robots",
+            "3", "--deploy-episodes", "1", "--operators", "1", "--workers", "1", "--out", str(tmp_path / "rohe"),
+            "--docs", str(rohe_docs), "--media", str(tmp_path / "media"), "--results-dir", str(tmp_path)]
+    result = fleet_rohe.main(rohe)
+    assert result["alone"]["labelled"] == 0 and result["alone"]["episodes"] == 3
+    random, stall = result["cells"]
+    assert (random["gate"], stall["gate"]) == ("random", "stall") and random["cap"] == stall["cap"] == 30
+    assert 0 < random["labelled"] <= 30 and random["rohe"] == 1000 * random["successes"] / random["labelled"]
+    assert random["rohe_over_random"] == (1.0 if random["rohe"] else None)  # None: random bought no success
+    assert stall["rohe_over_random"] == (stall["rohe"] / random["rohe"] if stall["labelled"] and random["rohe"]
+                                         else None)
+    assert "| 30 | " in rohe_docs.read_text() and (tmp_path / "media" / "fleet_rohe.png").stat().st_size > 0
+    assert fleet_rohe.main(rohe)["cells"] == result["cells"]  # a rerun adds no episode to any cell

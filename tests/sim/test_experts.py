@@ -42,3 +42,42 @@ def test_expert_style_varies_with_its_seed(task):
         actions.append(episode.frames["action"])
     length = min(len(a) for a in actions)
     assert np.abs(actions[0][:length] - actions[1][:length]).mean() > 0.05
+
+
+@pytest.mark.parametrize("task", ["reach", "push", "pick_place", "stack"])
+def test_the_state_read_labeller_drives_every_task_from_the_start_and_from_a_random_detour(task):
+    """``label`` is a controller of its own: driving with it alone succeeds, also after 15 random steps
+    have put the robot somewhere no demonstration goes (what DAgger asks it to label)."""
+    spec = sim.resolve_task(task)
+    for profile in ROBOTS[:3]:
+        env, expert = spec.make_env(profile), spec.make_expert(profile)
+        for index in range(2):
+            seed = episode_seed(0, profile.robot_id, index)
+            assert run_episode(env, expert.label, seed, reset_policy=expert.reset).success
+            detour = np.random.default_rng(seed).uniform(-1, 1, size=(15, *env.action_space.shape))
+            steps = iter(detour)
+
+            def policy(observation, steps=steps, expert=expert):
+                action = next(steps, None)
+                return expert.label(observation) if action is None else action
+
+            assert run_episode(env, policy, seed, reset_policy=expert.reset).success, (profile.site, index)
+        env.close()
+
+
+def test_the_label_of_a_state_does_not_depend_on_how_the_expert_got_there():
+    """Two experts of the same style, one fresh and one that drove the whole episode, label each of
+    its states alike."""
+    spec = sim.resolve_task("pick_place")
+    profile = ROBOTS[1]
+    env = spec.make_env(profile)
+    driver, fresh = spec.make_expert(profile), spec.make_expert(profile)
+    episode = run_episode(env, driver, seed=3, reset_policy=lambda _: driver.reset(7), record=True)
+    assert episode.success
+    observations = [{key: episode.frames[key][t] for key in episode.frames if key.startswith("observation")}
+                    for t in range(episode.length)]
+    fresh.reset(7)
+    fresh_labels = np.stack([fresh.label(o) for o in observations])
+    driven_labels = np.stack([driver.label(o) for o in observations])  # after driving through all of them
+    np.testing.assert_array_equal(fresh_labels, driven_labels)
+    env.close()

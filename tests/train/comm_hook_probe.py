@@ -6,10 +6,7 @@ Every rank backpropagates its own batch through a small MLP wrapped in DDP (smal
 so a backward sends several) with each hook of ``train.comm.comm_hooks`` (``auto`` is ``shm``
 here, so it is left out), three times (PowerSGD compresses from its second step on).
 Rank 0 writes OUT_DIR/hooks.json: per hook, the largest error against the exact mean,
-the largest gradient, and whether all ranks ended with the same gradients. The DDP is
-bc.py's ``UnlabelledDistributedDataParallel``; OUT_DIR/unlabelled.json says whether it gives
-torch's DDP's gradients bit for bit, and which of the two leave DDP's forward label in a
-profiler trace.
+the largest gradient, and whether all ranks ended with the same gradients.
 """
 
 import copy
@@ -22,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from train.comm.comm_hooks import COMM_HOOKS, UnlabelledDistributedDataParallel, register_comm_hook
+from train.comm.comm_hooks import COMM_HOOKS, register_comm_hook
 
 
 def flat_gradients(module: torch.nn.Module) -> torch.Tensor:
@@ -50,7 +47,7 @@ def main(out_dir: str) -> None:
     results = {}
     for name in (hook for hook in COMM_HOOKS if hook != "auto"):
         model = copy.deepcopy(template)
-        ddp = UnlabelledDistributedDataParallel(model, bucket_cap_mb=0.02)
+        ddp = DistributedDataParallel(model, bucket_cap_mb=0.02)
         register_comm_hook(ddp, name, torch.device("cpu"), powersgd_rank=2, powersgd_start_iter=2)
         for _ in range(3):
             model.zero_grad()
@@ -62,19 +59,8 @@ def main(out_dir: str) -> None:
                          "finite": bool(torch.isfinite(averaged).all()),
                          "ranks_agree": all(torch.equal(g, gathered[0]) for g in gathered)}
 
-    # torch's DDP against ours, which only leaves out the forward's profiler label
-    gradients, labelled = {}, {}
-    for wrapper in (DistributedDataParallel, UnlabelledDistributedDataParallel):
-        model = copy.deepcopy(template)
-        ddp = wrapper(model, bucket_cap_mb=0.02)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as trace:
-            ddp(inputs).pow(2).mean().backward()
-        gradients[wrapper.__name__] = flat_gradients(model)
-        labelled[wrapper.__name__] = any(event.name == "DistributedDataParallel.forward" for event in trace.events())
     if rank == 0:
         Path(out_dir, "hooks.json").write_text(json.dumps(results, indent=2))
-        Path(out_dir, "unlabelled.json").write_text(json.dumps({
-            "same_gradients": torch.equal(*gradients.values()), "labelled": labelled}))
     # The DDP models go before their process group: torch can abort at exit while a DDP with a comm
     # hook is still alive, and DDP objects sit in reference cycles, so only a collection frees them.
     del ddp

@@ -1,4 +1,4 @@
-"""How gradients travel between DDP ranks: the ``--comm-hook`` choices, and the DDP that carries them.
+"""How gradients travel between DDP ranks: the ``--comm-hook`` choices.
 
 DDP averages gradients bucket by bucket (``--bucket-cap-mb``) while the backward pass is
 still running. A communication hook replaces that all-reduce of float32 buckets:
@@ -9,7 +9,7 @@ still running. A communication hook replaces that all-reduce of float32 buckets:
 - ``shm`` and ``ring``: ours, CPU only (``cpu_all_reduce_hook``): the training thread
   sums the float32 bucket itself, which skips gloo's thread hand-offs: on small CPU
   machines those, not the bytes, are what an all-reduce costs. ``shm`` goes through a
-  memory segment all ranks map (``train/comm/shm_all_reduce.py``; ranks on one x86-64 host),
+  memory segment all ranks map (``train/comm/shm_all_reduce.py``; ranks on one Linux host),
   ``ring`` is a ring all-reduce over direct TCP sockets (``train/comm/socket_ring.py``; any
   hosts). Both block the backward pass for their bucket, which costs nothing when the
   model fits in one bucket (the default mlp); with several buckets they give up
@@ -42,22 +42,6 @@ from train.comm.shm_all_reduce import SharedMemoryAllReduce
 from train.comm.socket_ring import SocketRing
 
 COMM_HOOKS = ("auto", "none", "shm", "ring", "fp16", "bf16", "powersgd", "int8")
-
-
-class UnlabelledDistributedDataParallel(DistributedDataParallel):
-    """DistributedDataParallel whose forward skips its profiler label, and nothing else (bc.py's DDP).
-
-    DDP's forward runs inside ``record_function("DistributedDataParallel.forward")``, a range
-    that only torch.profiler traces show. Entering and leaving it goes through TorchScript's
-    operator machinery, whose code is cold between training steps: it was most of what DDP
-    adds to a small model's forward (docs/performance.md). The body is DDP's own.
-    """
-
-    def forward(self, *inputs, **kwargs):
-        inputs, kwargs = self._pre_forward(*inputs, **kwargs)
-        output = (self.module.forward(*inputs, **kwargs) if self._delay_all_reduce_all_params
-                  else self._run_ddp_forward(*inputs, **kwargs))
-        return self._post_forward(output)
 
 
 def resolve_comm_hook(name: str, device: torch.device) -> str:
@@ -153,7 +137,7 @@ def register_comm_hook(model: DistributedDataParallel, name: str, device: torch.
         gradient_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
         shared = SharedMemoryAllReduce.connect(gradient_bytes)
         if shared is None and requested == "shm":
-            raise ValueError("--comm-hook shm needs every rank on one x86-64 host, with room in /dev/shm; use ring")
+            raise ValueError("--comm-hook shm needs every rank on one Linux host, with room in /dev/shm; use ring")
         if shared is None:
             name, shared = "ring", SocketRing()
         model.register_comm_hook(shared, cpu_all_reduce_hook)

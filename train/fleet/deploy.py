@@ -130,7 +130,7 @@ def run_wave(job: GroupJob, wave: int, envs: list, driver: FleetDriver, supervis
     frames = [[] for _ in range(robots)]
     active, success = np.ones(robots, dtype=bool), np.zeros(robots, dtype=bool)
     mode, step = job.help.mode, 0
-    if mode == "dagger":
+    if mode == "dagger":  # the labeller's style (speed, clearance) is drawn per episode, as a demonstration's
         for robot, seed in enumerate(seeds):
             supervisor.take_over(robot, seed)
     while active.any():
@@ -156,7 +156,7 @@ def run_wave(job: GroupJob, wave: int, envs: list, driver: FleetDriver, supervis
             space = envs[robot].action_space
             action = np.clip(action, space.low, space.high)  # as the controller takes it, and within the store's bounds
             labelled = mode == "dagger" or acted_by == EXPERT
-            recorded = np.clip(supervisor.act(robot, observations[robot]), space.low, space.high) \
+            recorded = np.clip(supervisor.label(robot, observations[robot]), space.low, space.high) \
                 if mode == "dagger" else action
             observation, reward, terminated, truncated, info = envs[robot].step(action)
             frames[robot].append({**observations[robot], "action": recorded, "next.reward": reward,

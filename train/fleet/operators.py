@@ -78,6 +78,10 @@ class Supervisor(Protocol):
 
     def act(self, robot: int, observation: dict) -> np.ndarray: ...
 
+    def label(self, robot: int, observation: dict) -> np.ndarray:
+        """The action the supervisor would take in this state, without acting or remembering (DAgger's labels)."""
+        ...
+
 
 class ScriptedSupervisor:
     """The task's scripted expert as the remote operator, one per robot of a group.
@@ -94,3 +98,6 @@ class ScriptedSupervisor:
 
     def act(self, robot: int, observation: dict) -> np.ndarray:
         return np.asarray(self.experts[robot](observation), dtype=np.float32)
+
+    def label(self, robot: int, observation: dict) -> np.ndarray:
+        return np.asarray(self.experts[robot].label(observation), dtype=np.float32)

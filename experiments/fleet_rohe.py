@@ -1,0 +1,171 @@
+"""Return on human effort at several budgets: every gate deploys one policy for one round at each help cap, no
+retraining, and each gate's ROHE is set beside the random gate's (issue 44's goal: the best gate >= 2x).
+
+    .venv/bin/python -m experiments.fleet_rohe     # after experiments.fleet_learning --setting budget
+
+The policy is the seed policy of an ``experiments.fleet_learning`` run (``--source``, by default
+the ``budget`` setting's: the state MLP from 9 robots x 10 demonstrations), deployed on that run's
+fleet and round-1 episode seeds, so each cell is that run's first round at another cap. Per cap
+and gate, ``deploy_round`` (train/fleet/deploy.py) runs the round on one dask cluster shared by
+all cells, and the accounts come from its store (train/fleet/accounting.py): deployment success,
+expert-labelled frames, hand-overs, ROHE (successes per 1,000 expert-labelled frames). The cap
+``0`` row is the policy alone. The random gate at ``--random-rate 1`` is Fleet-DAgger's random
+allocation: a free operator takes a robot at random whenever budget is left.
+
+Every cell's store is kept in ``--out``; a rerun deploys only the cells not finished. The table goes
+into ``--docs``, the plot into ``--media``, the results into ``--results-dir/fleet_rohe.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from benchmarks.common import machine_facts, write_results
+from collect.config import CollectConfig
+from core.cluster import dask_client
+from core.files import repo_relative
+from core.options import check_options, parse_config
+from dataset import FleetStore
+from dataset.manifest import read_manifest
+from experiments.common import write_section
+from train.checkpoint import latest_checkpoint
+from train.fleet.accounting import round_account
+from train.fleet.deploy import Help, deploy_round
+from train.fleet.gates import GATES, GateOptions
+
+
+@dataclass
+class FleetRoheConfig:
+    source: str = field(default="runs/fleet_learning_budget", metadata={
+        "help": "an experiments.fleet_learning run: its seed policy deploys, on its seed collection's fleet"})
+    caps: tuple[int, ...] = field(default=(0, 300, 600, 1500, 3000), metadata={
+        "help": "expert steps per round (0: the policy alone)"})
+    gates: tuple[str, ...] = field(default=tuple(GATES), metadata={"help": "gates, each at every cap"})
+    operators: int = field(default=5, metadata={"help": "robots helped at most at once"})
+    segment_steps: int = field(default=15, metadata={"help": "expert steps per hand-over at most"})
+    random_rate: float = field(default=1.0, metadata={"help": "random gate: the share of steps a robot asks"})
+    fleet_robots: int = field(default=50, metadata={"help": "robots deployed"})
+    deploy_episodes: int = field(default=2, metadata={"help": "episodes per robot"})
+    workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers"})
+    out: str = field(default="runs/fleet_rohe", metadata={"help": "the cells' stores"})
+    docs: str = field(default="docs/fleet_learning.md", metadata={"help": "markdown file for the table"})
+    media: str = field(default="docs/media", metadata={"help": "where the plot goes"})
+    results_dir: str = field(default="experiments/results", metadata={"help": "where fleet_rohe.json goes"})
+
+    def __post_init__(self):
+        if unknown := [gate for gate in self.gates if gate not in GATES]:
+            raise ValueError(f"--gates must be among {', '.join(GATES)}, got {unknown[0]!r}")
+        check_options(self, ("operators", "segment_steps", "fleet_robots", "deploy_episodes", "workers"),
+                      lambda value: value >= 1, "must be at least 1")
+        check_options(self, ("caps",), lambda caps: all(cap >= 0 for cap in caps), "must not be negative")
+        self.gate_options = GateOptions(random_rate=self.random_rate)
+
+
+def deploy_cell(config: FleetRoheConfig, scheduler: str, cap: int, gate: str) -> dict:
+    """One round of the source's seed policy at ``cap`` expert steps under ``gate``; its account."""
+    source = Path(config.source)
+    seed = read_manifest(source / "seed")
+    data = seed["data_config"]
+    store = Path(config.out) / f"cap_{cap}" / gate
+    collection = CollectConfig(robots=config.fleet_robots, episodes=config.deploy_episodes,
+                               task=seed["task"]["reference"], out=str(store), seed=data["seed"],
+                               cameras=tuple(data["cameras"]), image_size=data["image_size"], keep_failures=True,
+                               workers=config.workers, scheduler=scheduler, quiet=True)
+    policy = latest_checkpoint(source / "seed_policy")
+    help = Help(gate, config.gate_options, config.segment_steps, config.operators)
+    deploy_round(collection, str(policy), 1, help, cap,
+                 {"source": "fleet_rohe", "policy": repo_relative(policy), "trained_on": repo_relative(source / "seed")})
+    account = round_account(FleetStore.open(store))
+    print(f"cap {cap:5d} {gate:12s} success {account['success']:6.1%}  expert-labelled {account['labelled']:5d}  "
+          f"hand-overs {account['handovers']:3d}  ROHE {account['rohe'] or 0:7.2f}", flush=True)
+    return {"cap": cap, "gate": gate, **{key: account[key] for key in
+                                          ("episodes", "successes", "success", "labelled", "handovers", "autonomy",
+                                           "rohe")}, "sites": account["sites"]}
+
+
+def over_random(cells: list[dict]) -> None:
+    """Each cell's ROHE over the random gate's at the same cap, in place (``rohe_over_random``)."""
+    random = {cell["cap"]: cell["rohe"] for cell in cells if cell["gate"] == "random"}
+    for cell in cells:
+        cell["rohe_over_random"] = cell["rohe"] / random[cell["cap"]] \
+            if cell["rohe"] is not None and random.get(cell["cap"]) else None
+
+
+def markdown(config: FleetRoheConfig, alone: dict, cells: list[dict], command: str) -> str:
+    gates = list(config.gates)
+    lines = [f"Measured on {machine_facts()['cores']} cores, code {machine_facts()['code_version']}: the seed policy "
+             f"of `{config.source}` alone deploys at {alone['success']:.0%} on {config.fleet_robots} robots x "
+             f"{config.deploy_episodes} episodes. Each cell is the same round with {config.operators} operators, "
+             f"hand-overs of up to {config.segment_steps} steps and the random gate asking on "
+             f"{config.random_rate:.0%} of the steps: deployment success, expert-labelled frames, ROHE, and "
+             "ROHE over the random gate's at the same cap.", "", "```bash", command, "```",
+             "", "| expert steps a round | " + " | ".join(gates) + " |", "|---|" + "---|" * len(gates)]
+    for cap in sorted({cell["cap"] for cell in cells}):
+        row = {cell["gate"]: cell for cell in cells if cell["cap"] == cap}
+        lines.append(f"| {cap} | " + " | ".join(_cell(row.get(gate)) for gate in gates) + " |")
+    return "\n".join(lines)
+
+
+def _cell(cell: dict | None) -> str:
+    """A table cell: success, expert-labelled frames, ROHE and its ratio to the random gate's."""
+    if cell is None:
+        return "-"
+    if not cell["labelled"]:
+        return f"{cell['success']:.0%}, no help asked"
+    ratio = f", **{cell['rohe_over_random']:.2f}x**" if cell["gate"] != "random" and cell["rohe_over_random"] \
+        is not None else ""
+    return f"{cell['success']:.0%}, {cell['labelled']}, {cell['rohe']:.0f}{ratio}"
+
+
+def plot(alone: dict, cells: list[dict], path: Path) -> None:
+    """Left: deployment success against the expert frames each gate spent; right: ROHE over random's, per cap."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (spent, ratio) = plt.subplots(1, 2, figsize=(10, 4))
+    spent.axhline(alone["success"], color="grey", linestyle=":", label="the policy alone")
+    for gate in dict.fromkeys(cell["gate"] for cell in cells):
+        mine = sorted((cell for cell in cells if cell["gate"] == gate), key=lambda cell: cell["cap"])
+        spent.plot([c["labelled"] for c in mine], [c["success"] for c in mine], marker="o", label=gate)
+        ratio.plot([c["cap"] for c in mine], [c["rohe_over_random"] or float("nan") for c in mine], marker="o",
+                   label=gate)
+    spent.set_xlabel("expert-labelled frames in the round")
+    spent.set_ylabel("deployment success")
+    spent.legend(fontsize=8)
+    ratio.axhline(2.0, color="grey", linewidth=0.8, linestyle="--")
+    ratio.set_xlabel("expert steps allowed a round (the cap)")
+    ratio.set_ylabel("ROHE / the random gate's")
+    for axes in (spent, ratio):
+        axes.grid(alpha=0.3)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    config = parse_config(FleetRoheConfig, __doc__, argv)
+    command = " ".join(["python -m experiments.fleet_rohe", *(argv if argv is not None else sys.argv[1:])])
+    with dask_client(None, config.workers, preload=("train.fleet.deploy",)) as client:
+        scheduler = client.scheduler.address
+        alone = deploy_cell(config, scheduler, 0, config.gates[0])
+        cells = [deploy_cell(config, scheduler, cap, gate) for cap in config.caps if cap for gate in config.gates]
+    over_random(cells)
+    media = Path(config.media) / "fleet_rohe.png"
+    plot(alone, cells, media)
+    result = {"experiment": "fleet_rohe", "machine": machine_facts(), "config": asdict(config), "command": command,
+              "alone": alone,
+              "cells": cells, "plot": str(media)}
+    write_results("fleet_rohe", result, Path(config.results_dir))
+    write_section(Path(config.docs), "fleet_rohe", "## ROHE at several budgets",
+                  markdown(config, alone, cells, command) + f"\n\n![ROHE against the budget](media/{media.name})")
+    return result
+
+
+if __name__ == "__main__":
+    main()
