@@ -53,6 +53,6 @@ CRASH_AT = "ROBOFLEET_CRASH_AT"  # a test hook: the step at which crash_point ki
 def crash_point(step: str) -> None:
     """Where ``$ROBOFLEET_CRASH_AT`` names ``step``, SIGKILL this process's group here, as ``kill -9`` of
     a command (its dask workers included) would: how tests reach each step of a protocol that must
-    survive a crash (tests/test_repair.py). Unset, it does nothing."""
+    survive a crash (tests/collect/test_repair.py). Unset, it does nothing."""
     if os.environ.get(CRASH_AT) == step:
         os.killpg(os.getpgrp(), signal.SIGKILL)

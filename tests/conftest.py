@@ -8,6 +8,18 @@ from collect_helpers import collected
 from train_helpers import train
 
 
+def pytest_collection_modifyitems(items):
+    """Skip the tests marked ``gpu`` where torch finds no CUDA device (torch is imported only if there are some)."""
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_tests:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        for item in gpu_tests:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+
+
 @pytest.fixture(scope="session")
 def pick_place_fleet(tmp_path_factory):
     """3 robots (one per site) x 3 pick-place episodes, collected once for the dataset tests. Read-only."""

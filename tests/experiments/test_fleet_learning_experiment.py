@@ -1,0 +1,64 @@
+"""experiments/fleet_learning.py at a tiny size: two gates from one seed policy, a round each, resumed; and
+experiments/fleet_rohe.py on its seed policy."""
+
+import json
+
+import pytest
+
+from collect_helpers import git_status
+from experiments import fleet_learning, fleet_rohe
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
+
+def test_a_tiny_run_writes_rows_accounts_and_a_plot_and_a_rerun_redoes_nothing_and_rohe_cells_deploy_its_seed(
+        tmp_path, capsys):
+    docs = tmp_path / "fleet_learning.md"
+    docs.write_text("# Fleet learning\n\nText before the table stays.\n")
+    status = git_status()
+    arguments = ["--setting", "state", "--gates", "random", "stall", "--seed-robots", "2", "--seed-episodes", "2",
+                 "--hidden", "16", "--batch-size", "8", "--ranks", "1", "--seed-steps", "10", "--rounds", "1",
+                 "--round-steps", "5", "--fleet-robots", "3", "--deploy-episodes", "1", "--operators", "1",
+                 "--help-steps", "60", "--eval-robots", "3", "--eval-episodes", "1", "--held-out-robots", "2",
+                 "--held-out-episodes", "1", "--workers", "1",
+                 "--out", str(tmp_path / "run"), "--docs", str(docs), "--media", str(tmp_path / "media"),
+                 "--results-dir", str(tmp_path)]
+    result = fleet_learning.main(arguments)
+    assert json.loads((tmp_path / "fleet_learning_state.json").read_text())["rows"] == result["rows"]
+    assert [(row["gate"], row["round"]) for row in result["rows"]] == [("random", 0), ("random", 1), ("stall", 0),
+                                                                       ("stall", 1)]
+    seed = result["rows"][0]["labelled_so_far"]
+    for row in result["rows"]:
+        assert row["ci95"][0] <= row["success"] <= row["ci95"][1]
+        if row["round"] == 1:
+            deployment = row["deployment"]
+            assert deployment["episodes"] == 3 and 0 < deployment["labelled"] <= 60
+            assert row["labelled_so_far"] == seed + deployment["labelled"] and row["step"] == 15
+    assert result["rows"][0]["step"] == result["rows"][2]["step"] == 10  # both gates start from one seed policy
+    held_out = json.loads((tmp_path / "run" / "stall" / "eval_round_1_held_out" / "eval_info.json").read_text())
+    assert [robot["robot_id"] for robot in held_out["per_robot"]] == [3, 4]  # past the 3 deployed robots
+    assert all("held_out" in row for row in result["rows"])
+    text = docs.read_text()
+    assert text.startswith("# Fleet learning\n\nText before the table stays.")
+    assert "<!-- fleet_learning_state:start -->" in text and "| stall | 1 | 15 |" in text
+    assert "python -m experiments.fleet_learning --setting state --gates random stall" in text
+    assert (tmp_path / "media" / "fleet_learning_state_pick_place.png").stat().st_size > 0
+    assert git_status() == status
+    capsys.readouterr()
+    fleet_learning.main(arguments)
+    assert "done in" not in capsys.readouterr().out  # every stage was finished: nothing ran again
+
+    rohe_docs = tmp_path / "rohe.md"
+    rohe = ["--source", str(tmp_path / "run"), "--caps", "0", "30", "--gates", "random", "stall", "--fleet-robots",
+            "3", "--deploy-episodes", "1", "--operators", "1", "--workers", "1", "--out", str(tmp_path / "rohe"),
+            "--docs", str(rohe_docs), "--media", str(tmp_path / "media"), "--results-dir", str(tmp_path)]
+    result = fleet_rohe.main(rohe)
+    assert result["alone"]["labelled"] == 0 and result["alone"]["episodes"] == 3
+    random, stall = result["cells"]
+    assert (random["gate"], stall["gate"]) == ("random", "stall") and random["cap"] == stall["cap"] == 30
+    assert 0 < random["labelled"] <= 30 and random["rohe"] == 1000 * random["successes"] / random["labelled"]
+    assert random["rohe_over_random"] == (1.0 if random["rohe"] else None)  # None: random bought no success
+    assert stall["rohe_over_random"] == (stall["rohe"] / random["rohe"] if stall["labelled"] and random["rohe"]
+                                         else None)
+    assert "| 30 | " in rohe_docs.read_text() and (tmp_path / "media" / "fleet_rohe.png").stat().st_size > 0
+    assert fleet_rohe.main(rohe)["cells"] == result["cells"]  # a rerun adds no episode to any cell

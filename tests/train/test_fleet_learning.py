@@ -1,0 +1,286 @@
+"""Fleet learning (train/fleet_learn.py, train/fleet/): gates, the help budget, deployment stores, labels,
+resume after a kill, and two rounds end to end under torchrun."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import zarr
+
+from collect.config import CollectConfig
+from collect_helpers import REPO, assert_same_stores
+from core.errors import CRASH_AT
+from dataset import FleetStore
+from dataset.episodes import select_episodes
+from sim.fleet import make_fleet
+from sim.tasks import BUILTIN_TASKS
+from train.checkpoint import open_checkpoint
+from train.fleet.deploy import EXPERT, LEDGERS, POLICY, Help, deploy_round
+from train.fleet.gates import GATES, GateOptions, ProgressTracker, Signals
+from train.fleet.labels import labelled_runs, labelled_segments
+from train.fleet.operators import Operator, operator_groups, step_shares
+from train_helpers import train, train_command, train_env
+
+OPTIONS = GateOptions()
+
+
+def signals(**values) -> Signals:
+    """Signals for 4 robots: nothing wrong, except what ``values`` set."""
+    base = {"since_progress": np.zeros(4), "regress": np.zeros(4), "disagreement": np.zeros(4),
+            "draw": np.ones(4) * 0.99}
+    return Signals(**{**base, **{name: np.asarray(value, dtype=float) for name, value in values.items()}})
+
+
+def test_each_gate_asks_for_what_it_watches_and_fleet_ranks_regress_over_stall_over_uncertainty():
+    calm = signals()
+    for gate in GATES.values():
+        assert not gate(calm, OPTIONS).any()
+    assert GATES["random"](signals(draw=[0.5, 0.001, 0.99, 0.01]), OPTIONS).nonzero()[0].tolist() == [1, 3]
+    stalled = signals(since_progress=[0, 24, 25, 60], regress=[0.05, 0, 0, 0])
+    assert GATES["stall"](stalled, OPTIONS).nonzero()[0].tolist() == [0, 2, 3]
+    uncertain = signals(disagreement=[0.1, 0.4, 0.9, 0])
+    assert GATES["uncertainty"](uncertain, OPTIONS).nonzero()[0].tolist() == [1, 2]
+    mixed = signals(regress=[0, 0.05, 0, 0], since_progress=[30, 0, 0, 0], disagreement=[0, 0, 2.0, 0.5])
+    priority = GATES["fleet"](mixed, OPTIONS)
+    assert priority[1] > priority[0] > priority[2] >= priority[3] > 0
+
+
+def test_progress_tracker_counts_steps_without_progress_and_the_fall_below_the_best():
+    tracker = ProgressTracker(1, OPTIONS)
+    for reward in (-0.30, -0.20, -0.199, -0.198, -0.197):  # then creeping by 1 mm a step: no progress
+        tracker.update(0, reward)
+    assert tracker.since_progress[0] == 3 and tracker.regress[0] == 0
+    tracker.update(0, -0.192)  # 8 mm above the last progress: progress
+    assert tracker.since_progress[0] == 0
+    tracker.update(0, -0.30)  # the cube falls
+    assert tracker.regress[0] == pytest.approx(0.108) and GATES["stall"](
+        signals(since_progress=tracker.since_progress.repeat(4), regress=tracker.regress.repeat(4)), OPTIONS).all()
+    tracker.restart(0)
+    assert tracker.since_progress[0] == 0 and tracker.regress[0] == 0
+
+
+def test_operators_split_the_fleet_and_the_cap_exactly():
+    groups = operator_groups(list(range(10)), 3)
+    assert groups == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+    assert operator_groups(list(range(2)), 5) == [[0], [1]]
+    for cap, parts in ((10, 3), (2, 5), (7, 7)):
+        shares = step_shares(cap, parts)
+        assert sum(shares) == cap and max(shares) - min(shares) <= 1
+
+
+def test_an_operator_helps_one_robot_at_a_time_for_a_segment_and_never_past_its_share():
+    rng = np.random.default_rng(0)
+    operator, spent, helped_before = Operator(steps_left=50, segment_steps=7), 0, None
+    for _ in range(400):
+        active = rng.random(5) < 0.9
+        helped, started = operator.choose(np.where(rng.random(5) < 0.3, rng.random(5), 0.0), active)
+        if helped is not None:
+            assert active[helped] and (started or helped == helped_before)
+            operator.spend()
+            spent += 1
+        helped_before = helped
+    assert spent == 50 and operator.steps_left == 0
+    assert operator.choose(np.ones(5), np.ones(5, dtype=bool)) == (None, False)
+
+
+def test_labelled_runs_are_the_stretches_of_true():
+    assert labelled_runs(np.array([0, 1, 1, 0, 0, 1, 0, 1, 1], dtype=bool)) == [(1, 3), (5, 6), (7, 9)]
+    assert labelled_runs(np.ones(3, dtype=bool)) == [(0, 3)] and labelled_runs(np.zeros(2, dtype=bool)) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", sorted(BUILTIN_TASKS))
+def test_the_expert_takes_over_from_where_a_policy_left_the_robot(task, trained_run):
+    """The scripted experts are phase machines started by ``reset``: reset at a hand-over, they finish
+    the task from a state a policy drove to (here: a random policy's, and for pick_place a
+    barely trained cnn's), at an early and a late hand-over."""
+    from train.checkpoint import load_policy
+
+    spec = BUILTIN_TASKS[task]
+    policy = load_policy(trained_run)[0] if task == "pick_place" else None
+    for handover in (15, 45):
+        for robot in make_fleet(3, 0):
+            env, expert, rng = spec.make_env(robot), spec.make_expert(robot), np.random.default_rng(robot.robot_id)
+            observation, _ = env.reset(seed=1000 + robot.robot_id)
+            if policy is not None:
+                policy.reset()
+            for step in range(env.spec.max_episode_steps):
+                if step < handover:
+                    action = policy.select_action(observation) if policy is not None else \
+                        rng.uniform(-1, 1, env.action_space.shape)
+                else:
+                    if step == handover:
+                        expert.reset(step)
+                    action = expert(observation)
+                observation, _, terminated, truncated, info = env.step(np.asarray(action, dtype=np.float32))
+                if terminated or truncated:
+                    break
+            assert info["is_success"], f"{task}: robot {robot.robot_id}, hand-over at step {handover}"
+            env.close()
+
+
+@pytest.mark.parametrize("task", ["pick_place", "stack"])
+def test_an_expert_taking_over_a_robot_that_holds_the_cube_carries_it_on(task):
+    """A hand-over mid-carry: the new expert keeps the fingers closed (its labels never say let go) and finishes."""
+    spec = BUILTIN_TASKS[task]
+    for robot in make_fleet(3, 0):
+        env, first = spec.make_env(robot), spec.make_expert(robot)
+        observation, _ = env.reset(seed=2000 + robot.robot_id)
+        first.reset(1)
+        while first.phase != "carry":
+            observation, *_ = env.step(first(observation))
+        second = spec.make_expert(robot)
+        second.reset(2)
+        grips = []
+        for _ in range(env.spec.max_episode_steps):
+            action = second(observation)
+            grips.append(action[-1])
+            observation, _, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                break
+        assert min(grips[:10]) > 0 and info["is_success"], f"{task}: robot {robot.robot_id}"
+        env.close()
+
+
+def deployment(trained_run, out, mode="stall", help_steps=120, robots=4, episodes=2, operators=2, **gate):
+    config = CollectConfig(robots=robots, episodes=episodes, task="pick_place", out=str(out), seed=0,
+                           keep_failures=True, workers=2, quiet=True)
+    help = Help(mode, GateOptions(**{"stall_steps": 10, **gate}), segment_steps=15, operators=operators)
+    return deploy_round(config, str(open_checkpoint(trained_run).path), 1, help, help_steps, {"source": "test"})
+
+
+def columns(store_path, robot):
+    group = zarr.open_group(store_path / f"robot_{robot:04d}.zarr", mode="r")
+    return {name: group[f"data/{name}"][:].reshape(group["data/action"].shape[0], -1) for name in
+            ("acted_by", "labelled", "action", "next.success")}, group["meta/episode_ends"][:], group.attrs
+
+
+@pytest.mark.slow
+def test_a_deployment_round_records_who_acted_within_the_help_budget(trained_run, tmp_path):
+    out = tmp_path / "round_1"
+    deployment(trained_run, out)
+    store = FleetStore.open(out)
+    assert store.manifest["lineage"]["mode"] == "stall" and store.manifest["lineage"]["round"] == 1
+    acted_total, per_group = 0, {}
+    for robot in range(4):
+        data, ends, attrs = columns(out, robot)
+        assert attrs["lineage"] == store.manifest["lineage"]
+        assert (data["acted_by"] == (data["labelled"] > 0)).all()  # the expert's frames, and only they, are labels
+        assert set(np.unique(data["acted_by"])) <= {POLICY, EXPERT}
+        acted_total += int(data["acted_by"].sum())
+        for episode, (start, end) in enumerate(zip([0, *ends[:-1]], ends)):
+            per_group.setdefault((robot % 2, episode), []).append(data["acted_by"][start:end, 0])
+    ledgers = [json.loads(path.read_text()) for path in sorted((out / LEDGERS).glob("group_*.json"))]
+    assert acted_total == sum(sum(ledger.values()) for ledger in ledgers) and 0 < acted_total <= 120
+    for acted in per_group.values():  # robots of one group step in lockstep: one expert at each step at most
+        steps = max(len(a) for a in acted)
+        assert max(sum(np.pad(a, (0, steps - len(a))) for a in acted)) <= 1
+    for episode in select_episodes(store, success=None):
+        data, ends, _ = columns(out, episode.robot_id)
+        assert episode.success == bool(data["next.success"][episode.end - 1, 0])
+    segments = labelled_segments([store])
+    assert sum(segment.length for segment in segments) == acted_total
+    assert subprocess.run([sys.executable, "-m", "dataset.cli", "verify", str(out)],
+                          capture_output=True, cwd=REPO).returncode == 0
+
+
+@pytest.mark.slow
+def test_dagger_labels_every_frame_without_acting_and_bc_buys_whole_demonstrations(trained_run, tmp_path):
+    deployment(trained_run, tmp_path / "dagger", mode="dagger", robots=2, episodes=1, operators=1)
+    data, _, _ = columns(tmp_path / "dagger", 0)
+    assert (data["acted_by"] == POLICY).all() and data["labelled"].all()
+    deployment(trained_run, tmp_path / "bc", mode="bc", robots=2, episodes=2, operators=1, help_steps=500)
+    for robot in range(2):  # wave w's demonstration is by robot w of the group, from its first frame
+        data, ends, _ = columns(tmp_path / "bc", robot)
+        acted = data["acted_by"][ends[robot - 1] if robot else 0: ends[robot], 0]
+        assert acted.all()
+        assert (data["acted_by"].sum()) == len(acted)
+
+
+def fleet_learn_command(run, data, *options, ranks=1) -> list[str]:
+    """train/fleet_learn.py on a tiny fleet: one round of 4 robots x 2 episodes, 2 operators, 80 expert steps."""
+    return train_command("--data", data, "--out", run, "--max-steps", "20", "--rounds", "1", "--round-steps", "5",
+                         "--fleet-robots", "4", "--deploy-episodes", "2", "--operators", "2", "--help-steps", "80",
+                         "--gate", "stall", "--stall-steps", "10", "--workers", "2", *options, ranks=ranks,
+                         script="fleet_learn.py")
+
+
+def fleet_learn(run, data, *options, ranks=1, crash_at=None):
+    env = {**train_env(), **({CRASH_AT: crash_at} if crash_at else {})}
+    return subprocess.run(fleet_learn_command(run, data, *options, ranks=ranks), capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=600, start_new_session=True)
+
+
+@pytest.mark.slow
+def test_a_killed_round_resumes_to_the_same_store_and_a_finished_one_is_not_redone(trained_run, pick_place_fleet,
+                                                                                     tmp_path):
+    whole, killed = (shutil.copytree(trained_run, tmp_path / name / "run", symlinks=True) for name in ("a", "b"))
+    assert fleet_learn(whole, pick_place_fleet).returncode == 0
+    assert fleet_learn(killed, pick_place_fleet, crash_at="deploy-commit").returncode != 0
+    resumed = fleet_learn(killed, pick_place_fleet)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert_same_stores(whole / "fleet" / "round_1", killed / "fleet" / "round_1")
+    for ledger in (whole / "fleet" / "round_1" / LEDGERS).glob("*.json"):
+        assert ledger.read_text() == (killed / "fleet" / "round_1" / LEDGERS / ledger.name).read_text()
+    before = {path: path.stat().st_mtime_ns for path in (whole / "fleet").rglob("*") if path.is_file()
+              and path.name != "accounts.json"}
+    again = fleet_learn(whole, pick_place_fleet)
+    assert again.returncode == 0 and "round 1: deployed already" in again.stdout
+    assert before == {path: path.stat().st_mtime_ns for path in before}
+
+
+@pytest.mark.slow
+def test_a_run_killed_after_retraining_accounts_for_the_round_without_training_again(run_copy, pick_place_fleet):
+    assert fleet_learn(run_copy, pick_place_fleet, crash_at="fleet-trained").returncode != 0
+    trained = open_checkpoint(run_copy).step
+    rounds = [a["round"] for a in json.loads((run_copy / "fleet" / "accounts.json").read_text())["rounds"]]
+    assert trained == 25 and rounds == [0]  # killed before the round was accounted for
+    resumed = fleet_learn(run_copy, pick_place_fleet)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "training" not in resumed.stdout and open_checkpoint(run_copy).step == trained
+    accounts = json.loads((run_copy / "fleet" / "accounts.json").read_text())["rounds"]
+    assert [account["round"] for account in accounts] == [0, 1] and accounts[1]["episodes"] == 8
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_two_rounds_under_torchrun_train_on_the_seed_and_the_expert_labels(pick_place_fleet, tmp_path):
+    run = tmp_path / "run"
+    completed = fleet_learn(run, pick_place_fleet, "--rounds", "2", ranks=2)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    accounts = json.loads((run / "fleet" / "accounts.json").read_text())["rounds"]
+    assert [account["round"] for account in accounts] == [0, 1, 2]
+    seed = sum(e.length for e in select_episodes(FleetStore.open(pick_place_fleet)))
+    assert accounts[0]["labelled_so_far"] == seed
+    assert accounts[2]["labelled_so_far"] == seed + accounts[1]["labelled"] + accounts[2]["labelled"]
+    assert all(0 < account["labelled"] <= 80 and account["episodes"] == 8 for account in accounts[1:])
+    assert open_checkpoint(run).step == 30 and (run / "fleet" / "round_2_policy").is_dir()
+    assert "with the expert's labels from 2 deployment round(s)" in completed.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("options, message", [
+    (("--help-steps", "0"), "--help-steps must be at least 1"),
+    (("--gate", "loudest"), "--gate must be one of"),
+    (("--operators", "-1"), "--operators must be at least 1"),
+])
+def test_bad_options_are_one_line(options, message, pick_place_fleet, tmp_path):
+    completed = fleet_learn(tmp_path / "run", pick_place_fleet, *options)
+    assert completed.returncode == 2 and message in completed.stderr and len(completed.stderr.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_run_of_another_task_or_a_policy_the_fleet_cannot_render_is_refused(trained_run, camera_fleet, tmp_path):
+    run = shutil.copytree(trained_run, tmp_path / "run", symlinks=True)
+    completed = fleet_learn(run, camera_fleet)
+    assert completed.returncode == 2 and len(completed.stderr.splitlines()) == 1, completed.stderr[-2000:]
+    assert "was trained on pick_place, the fleet runs reach" in completed.stderr
+    camera_run = tmp_path / "camera_run"
+    assert train("--data", camera_fleet, "--out", camera_run, "--max-steps", "2", "--policy", "cnn").returncode == 0
+    config = CollectConfig(robots=2, episodes=1, task="reach", out=str(tmp_path / "blind"), keep_failures=True,
+                           workers=1, quiet=True)
+    with pytest.raises(ValueError, match="observation.images.front, which the fleet does not render"):
+        deploy_round(config, str(open_checkpoint(camera_run).path), 1, Help("stall", OPTIONS, 10, 1), 10, {})

@@ -1,0 +1,260 @@
+"""train/bc.py: one process and torchrun ranks, checkpoints that resume and load for evaluation."""
+
+import json
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from sim.fleet import make_robot
+from sim.tasks import resolve_task
+from train.checkpoint import latest_checkpoint, load_policy, open_checkpoint
+from collect_helpers import REPO, default_sigint, interrupt
+from train_helpers import metrics, summary, train, train_command, train_env
+
+
+@pytest.mark.slow
+def test_one_process_learns_checkpoints_and_resumes_where_it_stopped(pick_place_fleet, tmp_path):
+    run = tmp_path / "run"
+    first = train("--data", pick_place_fleet, "--out", run, "--max-steps", "40")
+    assert first.returncode == 0, first.stderr[-3000:]
+    losses = [r["loss"] for r in metrics(run) if "loss" in r]
+    assert losses[-1] < 0.7 * losses[0], losses  # it learns
+    assert json.loads((run / "config.json").read_text())["config"]["max_steps"] == 40
+    assert open_checkpoint(run).step == 40
+
+    second = train("--data", pick_place_fleet, "--out", run, "--max-steps", "60")
+    assert second.returncode == 0 and "resumed from step 40" in second.stdout
+    ended = summary(second)  # its last line: what it trained, how fast, how well, and where the checkpoint is
+    validation = [(r["val_loss"], r["step"]) for r in metrics(run) if "val_loss" in r]
+    assert (ended["steps"], ended["to"], ended["checkpoint"]) == ("20", "60", str(run / "checkpoints" / "last"))
+    assert float(ended["seconds"]) > 0 and int(ended["samples"].replace(",", "")) > 0 and ended["images"] is None
+    assert (float(ended["best"]), int(ended["best_step"])) == pytest.approx(min(validation), rel=1e-3)
+    assert float(ended["last"]) == pytest.approx(validation[-1][0], rel=1e-3)
+    steps = [r["step"] for r in metrics(run) if "loss" in r]
+    assert steps == sorted(steps) and steps[-1] == 60 and steps.count(40) == 1
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == \
+        ["step_00000040", "step_00000050", "step_00000060"]  # the newest 3 are kept
+
+    other_head = train("--data", pick_place_fleet, "--out", run, "--max-steps", "70", "--action-modes", "2")
+    assert other_head.returncode != 0 and other_head.stderr.strip().count("\n") == 0, other_head.stderr[-3000:]
+    assert "action_modes: 1 -> 2" in other_head.stderr and "--no-resume" in other_head.stderr
+    assert open_checkpoint(run).step == 60  # refused before anything was written
+
+    records = metrics(run)
+    again = train("--data", pick_place_fleet, "--out", run, "--max-steps", "60")  # already there: nothing to do
+    assert again.returncode == 0 and "nothing to do" in again.stdout and metrics(run) == records
+
+    afresh = train("--data", pick_place_fleet, "--out", run, "--max-steps", "20", "--no-resume")
+    assert afresh.returncode == 0 and open_checkpoint(run).step == 20
+    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == \
+        ["step_00000010", "step_00000020"]  # the abandoned run's later steps are gone
+    assert [r["step"] for r in metrics(run)][-1] == 20
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_last_checkpoint_says_so_in_one_line_and_a_rerun_resumes(pick_place_fleet, tmp_path):
+    run = tmp_path / "run"
+    process = subprocess.Popen(train_command("--data", pick_place_fleet, "--out", run, "--max-steps", "1000000"),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=train_env(),
+                               cwd=REPO, start_new_session=True, preexec_fn=default_sigint)
+    deadline = time.monotonic() + 120
+    while latest_checkpoint(run) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert interrupt(process) == 130, process.stderr.read()[-3000:]
+    stderr = process.stderr.read()
+    kept = latest_checkpoint(run)
+    assert stderr.strip() == f"interrupted: {kept} is kept; rerun the same command to resume"
+    assert not list((run / "checkpoints").glob(".*.tmp"))  # nothing half-written
+
+    step = open_checkpoint(kept).step
+    rerun = train("--data", pick_place_fleet, "--out", run, "--max-steps", str(step + 10))
+    assert rerun.returncode == 0 and f"resumed from step {step}" in rerun.stdout
+    assert open_checkpoint(run).step == step + 10
+
+
+@pytest.mark.slow
+def test_a_checkpoint_is_all_evaluation_needs(pick_place_fleet, tmp_path):
+    run = tmp_path / "run"
+    assert train("--data", pick_place_fleet, "--out", run, "--max-steps", "10").returncode == 0
+    policy, checkpoint = load_policy(run)
+    assert checkpoint.task["name"] == "pick_place" and checkpoint.features["action"]["shape"] == [5]
+    assert set(checkpoint.stats) >= {"observation.state", "action"} and checkpoint.code_version
+    spec = resolve_task("pick_place")
+    env = spec.make_env(make_robot(0))
+    observation, _ = env.reset(seed=1)
+    policy.reset()
+    actions = []
+    for _ in range(10):  # 8 from the first chunk, then a new prediction
+        actions.append(policy.select_action(observation))
+        observation, *_ = env.step(actions[-1])
+    assert np.stack(actions).shape == (10, 5) and np.isfinite(actions).all()
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_two_torchrun_ranks_end_with_identical_weights(pick_place_fleet, tmp_path):
+    run = tmp_path / "ddp"
+    completed = train("--data", pick_place_fleet, "--out", run, "--max-steps", "20", ranks=2)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "2 rank(s)" in completed.stdout
+    assert metrics(run)[-1] == {"step": 20, "ranks_in_sync": True, "world_size": 2}
+    # the default comm hook between CPU ranks on one host is our shared-memory one, and the saved config says so
+    assert "comm hook shm" in completed.stdout
+    assert json.loads((run / "config.json").read_text())["config"]["comm_hook"] == "shm"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arguments, message", [
+    (["--data", "/nonexistent"], "no fleet store"),
+    (["--policy", "transformer"], "unknown policy"),
+    (["--batch-size", "0"], "--batch-size must be at least 1"),
+    (["--comm-hook", "zip"], "--comm-hook must be one of auto, none, shm, ring, fp16, bf16, powersgd, int8"),
+    (["--amp", "fp16"], "--amp fp16 needs a GPU"),  # this machine has none
+    (["--batch-size", "100000"], "is larger than this rank's"),
+    (["--lr", "-1"], "--lr must be positive, got -1.0"),
+    (["--grad-clip", "-0.5"], "--grad-clip must not be negative"),
+    (["--hidden", "256", "0"], "--hidden widths must be at least 1, got 256 0"),
+    (["--hidden"], "--hidden needs at least one width"),  # none would train a linear model
+    (["--seed", "-1"], "--seed must not be negative, got -1"),
+    (["--max-steps", "ten"], "bc.py: error: argument --max-steps: invalid int value: 'ten' (see --help)"),
+])
+def test_bad_input_is_one_line_and_nonzero(pick_place_fleet, tmp_path, arguments, message):
+    completed = train("--data", pick_place_fleet, "--out", tmp_path / "run", *arguments)
+    assert completed.returncode == 2 and message in completed.stderr
+    assert completed.stderr.strip().count("\n") == 0
+
+
+def final_weights(run) -> dict:
+    return open_checkpoint(run).weights
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_accumulation_and_ranks_match_one_large_batch(pick_place_fleet, tmp_path):
+    """Each step sees the same 64 windows: 1 rank x 64, 1 rank x 32 x 2 micro-steps, 2 ranks x 32.
+
+    With horizon 1 no action is padding, so every micro-batch loss is a plain mean and
+    the three gradients are equal up to float rounding; after 4 Adam steps the weights
+    agree to 1e-5 (the steps are ~3e-3). 4 steps x 64 stay inside the first epoch.
+    """
+    common = ["--data", pick_place_fleet, "--max-steps", "4", "--val-fraction", "0", "--grad-clip", "0",
+              "--horizon", "1", "--n-action-steps", "1"]
+    runs = {"large": tmp_path / "large", "accumulated": tmp_path / "accumulated", "ranks": tmp_path / "ranks"}
+    assert train(*common, "--out", runs["large"], "--batch-size", "64").returncode == 0
+    accumulated = train(*common, "--out", runs["accumulated"], "--batch-size", "32", "--grad-accum", "2")
+    assert accumulated.returncode == 0 and "= 64 windows per step" in accumulated.stdout
+    assert train(*common, "--out", runs["ranks"], "--batch-size", "32", ranks=2).returncode == 0
+    large = final_weights(runs["large"])
+    for name in ("accumulated", "ranks"):
+        other = final_weights(runs[name])
+        for key, value in large.items():
+            np.testing.assert_allclose(other[key].numpy(), value.numpy(), atol=1e-5, err_msg=f"{name} {key}")
+
+
+@pytest.mark.slow
+def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_checkpoint(pick_place_fleet, tmp_path):
+    run = tmp_path / "run"
+    completed = train("--data", pick_place_fleet, "--out", run, "--max-steps", "50", "--lr", "1e30",
+                      "--checkpoint-interval", "1", "--warmup-steps", "1")
+    assert completed.returncode == 3, completed.stderr[-2000:]
+    assert "not finite" in completed.stderr and completed.stderr.strip().count("\n") == 0
+    checkpoint = open_checkpoint(latest_checkpoint(run))  # intact: it loads
+    assert 1 <= checkpoint.step < 50
+
+
+def test_the_learning_rate_scales_with_the_effective_batch():
+    from train.schedule import scaled_learning_rate
+
+    assert scaled_learning_rate(1e-3, "none", 1024, 256) == 1e-3
+    assert scaled_learning_rate(1e-3, "linear", 1024, 256) == pytest.approx(4e-3)
+    assert scaled_learning_rate(1e-3, "sqrt", 1024, 256) == pytest.approx(2e-3)
+    assert scaled_learning_rate(1e-3, "linear", 64, 256) == pytest.approx(2.5e-4)
+
+
+def test_an_extended_schedule_carries_on_from_where_it_stood_and_ends_at_a_tenth():
+    from train.schedule import Schedule
+
+    schedule = Schedule(warmup_steps=10, max_steps=100)
+    before = [schedule(step) for step in range(60)]
+    schedule.extend(50, 200)  # resumed at step 50 with --max-steps 200
+    after = [schedule(step) for step in range(50, 201)]
+    assert after[0] == pytest.approx(before[50]) and after[-1] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(after, after[1:]))  # it only decays: no jump
+    assert after[10] > before[59]  # slower than the old schedule would have
+
+
+def test_a_warm_restart_starts_at_its_factor_and_decays_to_a_tenth_by_its_end():
+    from train.schedule import Schedule
+
+    schedule = Schedule(warmup_steps=10, max_steps=100)
+    schedule.restart(100, 150, 0.5)  # fleet_learn.py --round-lr 0.5: a round of 50 steps after a finished run
+    assert schedule(100) == pytest.approx(0.5)
+    assert schedule(150) == pytest.approx(0.1) and schedule(125) == pytest.approx(0.3)
+
+
+def test_adamw_takes_only_trained_weights_and_steps_like_torchs_default_loop():
+    """The fused kernel ``adamw`` uses gives the per-tensor loop's weights, to float rounding, over 20 steps."""
+    from train.schedule import adamw
+
+    torch.manual_seed(0)
+    fused_model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5))
+    loop_model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.ReLU(), torch.nn.Linear(32, 5))
+    loop_model.load_state_dict(fused_model.state_dict())
+    for model in (fused_model, loop_model):
+        model[0].bias.requires_grad_(False)  # a frozen weight stays out of the optimiser
+    fused = adamw(fused_model.parameters(), lr=1e-2, weight_decay=1e-4)
+    loop = torch.optim.AdamW([p for p in loop_model.parameters() if p.requires_grad], lr=1e-2, weight_decay=1e-4,
+                             foreach=False)
+    assert fused.defaults["fused"] and sum(len(g["params"]) for g in fused.param_groups) == 3
+
+    for _ in range(20):
+        inputs, targets = torch.randn(16, 12), torch.randn(16, 5)
+        for model, optimizer in ((fused_model, fused), (loop_model, loop)):
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(inputs), targets).backward()
+            optimizer.step()
+    for ours, reference in zip(fused_model.parameters(), loop_model.parameters()):
+        torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6)
+    assert torch.equal(fused_model[0].bias, loop_model[0].bias)
+
+
+@pytest.mark.slow
+def test_ema_weights_are_what_evaluation_loads_and_a_resume_restores_both(pick_place_fleet, tmp_path):
+    """10 steps, then a resumed 11th, with an EMA of decay 0.9 and a checkpoint every step.
+
+    The weights hold the average and load_policy returns it. After the resume, the step-11
+    average is one EMA update of the restored step-10 average with the step-11 weights
+    (a fresh average would equal those weights). The trained weights resumed are the trained
+    ones, not the average: one step moves them far less than the ~10 steps the average lags.
+    """
+    run = tmp_path / "run"
+    common = ["--data", pick_place_fleet, "--out", run, "--ema-decay", "0.9", "--checkpoint-interval", "1"]
+    assert train(*common, "--max-steps", "10").returncode == 0
+    resumed = train(*common, "--max-steps", "11")
+    assert resumed.returncode == 0 and "resumed from step 10" in resumed.stdout
+    before, after = (open_checkpoint(run / "checkpoints" / f"step_{step:08d}", training=True) for step in (10, 11))
+    assert after.training["ema"]["updates"] == 11 and after.training["ema"]["decay"] == 0.9
+    for key, average in after.weights.items():
+        expected = 0.9 * before.weights[key] + 0.1 * after.training["ema"]["trained_model"][key]
+        torch.testing.assert_close(average, expected, msg=key)
+
+    def distance(a: dict, b: dict) -> float:
+        return sum((a[key] - b[key]).norm().item() for key in a)
+
+    trained_before, trained_after = before.training["ema"]["trained_model"], after.training["ema"]["trained_model"]
+    assert distance(trained_after, trained_before) < 0.5 * distance(trained_after, before.weights)
+    policy, _ = load_policy(run)
+    for key, value in policy.state_dict().items():
+        assert torch.equal(value, after.weights[key]), key
+    assert not all(torch.equal(after.weights[k], trained_after[k]) for k in trained_after)
+
+
+@pytest.mark.parametrize("command", ["train.bc", "train.federated"])
+def test_help_lists_the_options(command, capsys):
+    module = __import__(command, fromlist=["main"])
+    with pytest.raises(SystemExit) as exit_info:
+        module.main(["--help"])
+    assert exit_info.value.code == 0 and "--policy" in capsys.readouterr().out
