@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from train.restarts import end_if_failed_before, failures_remembered
+from train.restarts import end_if_failed_before
 
 if __name__ == "__main__":  # a torchrun restart of inputs that failed before ends here, before torch loads (seconds)
     end_if_failed_before(sys.argv[1:])
@@ -46,7 +46,7 @@ from dataset.chunks import DataError
 from dataset.episodes import EpisodeRef, select_episodes
 from dataset.stats import fleet_stats
 from dataset.windows import WindowSpec
-from train.bc import join_process_group, run_training
+from train.bc import join_process_group, one_line_errors, run_training
 from train.checkpoint import load_policy
 from train.config import TrainConfig
 from train.dagger import collect_round, round_directory
@@ -198,7 +198,7 @@ def run_distillation(config: DistillConfig) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     config = parse_config(DistillConfig, __doc__, argv)
-    with failures_remembered(sys.argv[1:] if argv is None else argv):
+    with one_line_errors(sys.argv[1:] if argv is None else argv):
         run_distillation(config)
 
 

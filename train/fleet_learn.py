@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from train.restarts import end_if_failed_before, failures_remembered
+from train.restarts import end_if_failed_before
 
 if __name__ == "__main__":  # a torchrun restart of inputs that failed before ends here, before torch loads (seconds)
     end_if_failed_before(sys.argv[1:])
@@ -51,7 +51,7 @@ from core.options import check_choices, check_options, parse_config
 from dataset import FleetStore
 from dataset.episodes import select_episodes
 from dataset.manifest import read_manifest
-from train.bc import join_process_group, run_training
+from train.bc import join_process_group, one_line_errors, run_training
 from train.checkpoint import latest_checkpoint, open_checkpoint
 from train.config import TrainConfig
 from train.data import open_training_store
@@ -186,7 +186,7 @@ def run_fleet_learning(config: FleetLearnConfig) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     config = parse_config(FleetLearnConfig, __doc__, argv)
-    with failures_remembered(sys.argv[1:] if argv is None else argv):
+    with one_line_errors(sys.argv[1:] if argv is None else argv):
         run_fleet_learning(config)
 
 
