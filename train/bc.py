@@ -46,7 +46,7 @@ from core.options import parse_config
 from dataset.chunks import DataError, data_error_line
 from train.checkpoint import latest_checkpoint
 from train.comm.comm_hooks import UnlabelledDistributedDataParallel, register_comm_hook
-from train.config import TrainConfig
+from train.config import OptimConfig, TrainConfig
 from train.data import Labeller, StoreActions, training_data
 from train.monitor import Monitor, StepTimer, sync_efficiency
 from train.policies.policy import Policy, make_policy
@@ -108,10 +108,11 @@ def wrap_ddp(policy: Policy, config: TrainConfig, device: torch.device) -> tuple
         parameter.grad = torch.zeros_like(parameter) if parameter.requires_grad else None
     # gradient_as_bucket_view: each .grad is a view into DDP's bucket, so the backward writes the gradients
     # where the all-reduce reads them instead of copying them in and the averages back.
-    model = UnlabelledDistributedDataParallel(policy, bucket_cap_mb=config.bucket_cap_mb,
+    model = UnlabelledDistributedDataParallel(policy, bucket_cap_mb=config.ddp.bucket_cap_mb,
                                               broadcast_buffers=running_stats, gradient_as_bucket_view=True)
     # PowerSGD sends exact gradients during the warmup, compressed ones after it
-    hook = register_comm_hook(model, config.comm_hook, device, config.powersgd_rank, config.warmup_steps)
+    hook = register_comm_hook(model, config.ddp.comm_hook, device, config.ddp.powersgd_rank,
+                              config.optim.warmup_steps)
     return model, hook, sync_batchnorm_layers
 
 
@@ -131,35 +132,34 @@ def training_batches(loader, device: torch.device, labeller: Labeller, timer: St
         yield labeller(batch)
 
 
-def update(model: torch.nn.Module, state: TrainingState, batches: Iterator[Batch], config: TrainConfig,
+def update(model: torch.nn.Module, state: TrainingState, batches: Iterator[Batch], optim: OptimConfig,
            timer: StepTimer) -> float:
     """One optimiser step of ``state`` over ``--grad-accum`` micro-batches: forward, backward, gradient
     clipping, the optimiser, scheduler and EMA steps. Returns the step's loss; a loss or gradients
-    that are not finite raise ``FloatingPointError``."""
+    that are not finite raise ``FloatingPointError`` (the run's last good checkpoint is kept)."""
     ddp = isinstance(model, DistributedDataParallel)
     state.optimizer.zero_grad(set_to_none=not ddp)  # under DDP, zeroed in place: the gradients stay bucket views
     step_loss = 0.0
-    for micro_step in range(config.grad_accum):
+    for micro_step in range(optim.grad_accum):
         batch = next(batches)
         # Gradients are all-reduced once per step: on the last micro-step, not on the ones before.
-        last_micro_step = micro_step == config.grad_accum - 1
+        last_micro_step = micro_step == optim.grad_accum - 1
         with model.no_sync() if ddp and not last_micro_step else contextlib.nullcontext():
             with state.autocast():
-                loss = model(batch) / config.grad_accum
+                loss = model(batch) / optim.grad_accum
             state.scaler.scale(loss).backward()  # the scaler passes the loss through unless --amp fp16
         timer.backward_done(synced=ddp and last_micro_step)
         step_loss += loss.item()
     state.scaler.unscale_(state.optimizer)  # clip the true gradients
     gradient_norm = torch.nn.utils.clip_grad_norm_(state.policy.parameters(),
-                                                   config.grad_clip if config.grad_clip > 0 else math.inf)
+                                                   optim.grad_clip if optim.grad_clip > 0 else math.inf)
     # The gradients are all-reduced, so their norm is the same on every rank: a NaN loss on any
     # rank makes it NaN everywhere, and all ranks stop together without an extra collective.
     # Under fp16 an overflow is routine: the scaler skips that step and halves its scale, until
     # even a scale below 1 overflows.
     scaler_backs_off = state.scaler.is_enabled() and state.scaler.get_scale() >= 1.0
     if not math.isfinite(gradient_norm.item()) and not scaler_backs_off:
-        raise FloatingPointError(f"loss or gradients are not finite at step {state.step} (loss {step_loss}); "
-                                 f"stopping. The last good checkpoint is kept in {Path(config.out) / 'checkpoints'}")
+        raise FloatingPointError(f"loss or gradients are not finite at step {state.step} (loss {step_loss}); stopping")
     state.scaler.step(state.optimizer)
     state.scaler.update()
     state.scheduler.step()
@@ -193,7 +193,7 @@ def run_training(config: TrainConfig, labeller: Labeller | None = None, until: i
     """Train (or carry on training) the policy of ``config`` in ``config.out``: the whole of bc.py.
 
     ``labeller`` (train/data.py's ``Labeller``; default: the store's actions) adds data and labels
-    (train/distill.py, train/fleet_learn.py). ``until`` stops at that step instead of ``config.max_steps``
+    (train/distill.py, train/fleet_learn.py). ``until`` stops at that step instead of ``--max-steps``
     (which still shapes the learning-rate schedule); ``rewarm`` > 0 restarts a resumed schedule at that
     share of the peak rate, decaying to 10% at ``until`` (train/fleet_learn.py's rounds). ``config`` is
     never changed: what the run resolves (inputs, comm hook) is saved beside it.
@@ -202,23 +202,26 @@ def run_training(config: TrainConfig, labeller: Labeller | None = None, until: i
     owns_process_group = ddp and not dist.is_initialized()  # else the caller's (train/distill.py)
     device = join_process_group() if ddp else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     rank, world_size = (dist.get_rank(), dist.get_world_size()) if ddp else (0, 1)
-    check_amp(config.amp, device)
-    master, run, until, labeller = rank == 0, Path(config.out), until or config.max_steps, labeller or StoreActions()
-    threads = ThreadShare(config.threads)
+    optim, log = config.optim, config.log
+    check_amp(optim.amp, device)
+    master, run, until, labeller = rank == 0, Path(config.out), until or optim.max_steps, labeller or StoreActions()
+    threads = ThreadShare(config.ddp.threads)
     data = training_data(config, labeller, master)
 
     torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     policy = make_policy(data.spec, data.stats).to(device)
     model, comm_hook, sync_batchnorm_layers = wrap_ddp(policy, config, device) if ddp else (policy, "", 0)
-    effective_batch = config.batch_size * config.grad_accum * world_size
-    state = TrainingState.create(policy, config, device, effective_batch)
+    effective_batch = optim.batch_size * optim.grad_accum * world_size
+    state = TrainingState.create(policy, optim, device, effective_batch)
     resumed = resume_from(config, data.spec, data.identity, quiet=not master)
     schedule_note = ""
     if resumed is not None:
-        schedule_note = state.resume(resumed, config.max_steps, until, rewarm)
+        schedule_note = state.resume(resumed, optim.max_steps, until, rewarm)
         data.stats = resumed.stats  # its normalisation, also on new data (--allow-new-data)
         data.train_loader.set_epoch(resumed.epoch + 1)
-    resolved = {**asdict(config), "inputs": data.spec.inputs, "comm_hook": comm_hook or config.comm_hook}
+    resolved = asdict(config)  # with what the run resolved: the policy's inputs and window, the hook that runs
+    resolved["policy"].update(inputs=data.spec.inputs, n_obs_steps=data.spec.n_obs_steps)
+    resolved["ddp"]["comm_hook"] = comm_hook or config.ddp.comm_hook
     about = {"spec": data.spec, "stats": data.stats, "features": data.store.features, "config": resolved,
              "task": (data.store.manifest or {}).get("task"), "data": repo_relative(data.store.path),
              "identity": data.identity, "code_version": code_version()}  # what every checkpoint describes
@@ -230,11 +233,11 @@ def run_training(config: TrainConfig, labeller: Labeller | None = None, until: i
                                                  "world_size": world_size, "effective_batch": effective_batch,
                                                  "lr": state.lr, "sync_batchnorm_layers": sync_batchnorm_layers,
                                                  "code_version": about["code_version"]})
-        print(f"training {config.policy} on {data.describe()}, {world_size} rank(s) on {device}, batch "
-              f"{config.batch_size} x {config.grad_accum} micro-steps x {world_size} ranks = "
-              f"{effective_batch} windows per step (the effective batch); lr {state.lr:.4g} ({config.lr:.4g} "
-              f"for batch {config.base_batch}, scaling {config.lr_scaling}); amp {config.amp}, "
-              f"comm hook {comm_hook or 'none (one process)'}, ema {config.ema_decay or 'off'}; {threads.describe()}"
+        print(f"training {config.policy.policy} on {data.describe()}, {world_size} rank(s) on {device}, batch "
+              f"{optim.batch_size} x {optim.grad_accum} micro-steps x {world_size} ranks = "
+              f"{effective_batch} windows per step (the effective batch); lr {state.lr:.4g} ({optim.lr:.4g} "
+              f"for batch {optim.base_batch}, scaling {optim.lr_scaling}); amp {optim.amp}, "
+              f"comm hook {comm_hook or 'none (one process)'}, ema {optim.ema_decay or 'off'}; {threads.describe()}"
               + (f"; {sync_batchnorm_layers} SyncBatchNorm layers" if sync_batchnorm_layers else "")
               + (f"; resumed from step {state.step}" if resumed else "") + schedule_note
               + (f"; {labeller}" if str(labeller) else ""))
@@ -245,19 +248,19 @@ def run_training(config: TrainConfig, labeller: Labeller | None = None, until: i
     first_step, started, losses = state.step, time.perf_counter(), []  # the logged loss: the log window's mean
     while state.step < until:
         threads.refresh()
-        losses.append(update(model, state, batches, config, timer))
+        losses.append(update(model, state, batches, optim, timer))
         timer.step_done(samples=effective_batch)
         last, record = state.step == until, {}
-        if state.step % config.log_interval == 0 or last:
+        if state.step % log.log_interval == 0 or last:
             record, losses = progress(losses, timer, state, data.train_loader.epoch - 1, device), []
-        if data.val_loader is not None and (state.step % config.val_interval == 0 or last):
+        if data.val_loader is not None and (state.step % log.val_interval == 0 or last):
             with state.autocast():
                 val_loss = validation_loss(state.evaluated, data.val_loader, device, labeller)
             record = {"step": state.step, **record, "val_loss": val_loss}
         if master and record:
             monitor.log(record)
-        if master and (state.step % config.checkpoint_interval == 0 or last):
-            state.checkpoint(epoch=data.train_loader.epoch - 1, **about).save(run, keep=config.keep_checkpoints)
+        if master and (state.step % log.checkpoint_interval == 0 or last):
+            state.checkpoint(epoch=data.train_loader.epoch - 1, **about).save(run, keep=log.keep_checkpoints)
 
     seconds = time.perf_counter() - started
     if ddp and state.step > first_step:
@@ -282,15 +285,15 @@ def run_training(config: TrainConfig, labeller: Labeller | None = None, until: i
 
 
 @contextlib.contextmanager
-def one_line_errors(argv: list[str]) -> Iterator[None]:
-    """Around a training command's work: bad input (a ``ValueError``: an option, the data, a checkpoint)
-    ends it with a one-line error, and so does a loss that is not finite (``FloatingPointError``, code 3);
-    under torchrun, its restarts remember the line (train/restarts.py)."""
+def one_line_errors(argv: list[str], run: Path) -> Iterator[None]:
+    """Around a training command's work in ``run``: bad input (a ``ValueError``: an option, the data, a
+    checkpoint) ends it with a one-line error, and so does a loss that is not finite (``FloatingPointError``,
+    code 3); under torchrun, its restarts remember the line (train/restarts.py)."""
     with failures_remembered(argv):
         try:
             yield
         except FloatingPointError as error:
-            fail(str(error), code=3)
+            fail(f"{error}. The last good checkpoint is kept in {run / 'checkpoints'}", code=3)
         except ValueError as error:  # a DataError from a loader's worker carries the worker's traceback
             fail(data_error_line(error) if isinstance(error, DataError) else str(error))
 
@@ -298,7 +301,7 @@ def one_line_errors(argv: list[str]) -> Iterator[None]:
 def main(argv: list[str] | None = None) -> None:
     config = parse_config(TrainConfig, __doc__, argv)
     try:
-        with one_line_errors(sys.argv[1:] if argv is None else argv):
+        with one_line_errors(sys.argv[1:] if argv is None else argv, Path(config.out)):
             run_training(config)
     except KeyboardInterrupt:  # Ctrl-C reaches every rank; rank 0 says where the run stands
         if int(os.environ.get("RANK", "0")) == 0:

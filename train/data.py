@@ -21,7 +21,7 @@ from dataset.manifest import MANIFEST
 from dataset.shard import store_name
 from dataset.stats import fleet_stats
 from dataset.windows import FleetWindowDataset, WindowSpec
-from train.config import TrainConfig
+from train.config import DataConfig, TrainConfig
 from train.fed.federated_config import FederatedConfig
 from train.identity import data_identity
 from train.policies.policy import PolicySpec, policy_spec
@@ -41,7 +41,7 @@ def missing_stores(store: FleetStore) -> str:
     return f"{len(missing)} robot store(s) listed in {store.path / MANIFEST} are missing: {store_names(missing)}"
 
 
-def open_training_store(config: TrainConfig | FederatedConfig, quiet: bool = False) -> FleetStore:
+def open_training_store(config: DataConfig | FederatedConfig, quiet: bool = False) -> FleetStore:
     """The fleet store at ``config.data``, or a one-line error: it cannot be opened, an interrupted
     repair has not finished, a robot store's episode_ends are damaged, or robot stores its manifest
     lists are missing. With ``--allow-missing-robots`` the missing ones are a warning (unless ``quiet``)."""
@@ -136,26 +136,27 @@ def shared_stats(store: FleetStore, master: bool) -> dict[str, dict[str, np.ndar
 def training_data(config: TrainConfig, labeller: Labeller, master: bool) -> TrainingData:
     """The store, episodes, policy spec and loaders of a train/bc.py run; a one-line ``ValueError`` (or
     ``DataError``) where the data cannot be trained on or the policy's options do not fit it."""
-    store = open_training_store(config, quiet=not master)
+    options = config.data
+    store = open_training_store(options, quiet=not master)
     stats = shared_stats(store, master)
-    episodes = select_episodes(store, robots=config.robots or None, sites=config.sites or None,
-                               per_robot=config.episodes_per_robot or None)
+    episodes = select_episodes(store, robots=options.robots or None, sites=options.sites or None,
+                               per_robot=options.episodes_per_robot or None)
     # the labeller's episodes are in its stores, numbered after --data's
     episodes += [dataclasses.replace(episode, store=episode.store + 1) for episode in labeller.episodes()]
-    train_episodes, val_episodes = split_episodes(episodes, config.val_fraction, seed=config.seed)
+    train_episodes, val_episodes = split_episodes(episodes, options.val_fraction, seed=config.seed)
     if not train_episodes:
-        raise ValueError(f"no successful episodes in {config.data} match --robots {config.robots} "
-                         f"--sites {config.sites}")
-    spec = policy_spec(config, store.features)  # the policy's inputs (--inputs): which features it sees
+        raise ValueError(f"no successful episodes in {options.data} match --robots {options.robots} "
+                         f"--sites {options.sites}")
+    spec = policy_spec(config.policy, store.features)  # the policy's inputs (--inputs): which features it sees
     # the frames are read once, for both loaders; too few windows for the batch or the ranks is a ValueError
     windows = FleetWindowDataset([store, *labeller.stores], train_episodes + val_episodes, labeller.window(spec),
-                                 mode=config.mode)
-    train_loader = make_dataloader(windows.with_episodes(train_episodes), batch_size=config.batch_size,
-                                   seed=config.seed)
+                                 mode=options.mode)
+    batch_size = config.optim.batch_size
+    train_loader = make_dataloader(windows.with_episodes(train_episodes), batch_size=batch_size, seed=config.seed)
     val_loader = None
     if val_episodes:
-        val_loader = make_dataloader(windows.with_episodes(val_episodes), batch_size=config.batch_size,
-                                     shuffle=False, drop_last=False)
+        val_loader = make_dataloader(windows.with_episodes(val_episodes), batch_size=batch_size, shuffle=False,
+                                     drop_last=False)
     identity = data_identity(store, [episode for episode in episodes if episode.store == 0])  # --data's only
     return TrainingData(store, stats, spec, train_loader, val_loader, identity,
                         (len(train_episodes), len(val_episodes)))

@@ -9,7 +9,7 @@ run carries on from and ``TrainingState.resume`` loads it.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, ContextManager
 
@@ -18,7 +18,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from core.errors import warn
 from train.checkpoint import Checkpoint, newest_intact_checkpoint, restore_rng_state, rng_state
-from train.config import TrainConfig
+from train.config import OptimConfig, TrainConfig, flat_options
 from train.identity import check_resume
 from train.policies.policy import Policy, PolicySpec, changed_spec_fields
 from train.schedule import Schedule, adamw, scaled_learning_rate
@@ -49,20 +49,20 @@ class TrainingState:
     step: int = 0
 
     @classmethod
-    def create(cls, policy: Policy, config: TrainConfig, device: torch.device, effective_batch: int) -> TrainingState:
+    def create(cls, policy: Policy, optim: OptimConfig, device: torch.device, effective_batch: int) -> TrainingState:
         """A fresh state for ``policy`` on ``device``: AdamW at ``--lr`` scaled to ``effective_batch``
         (``--lr-scaling``), warmup and cosine decay over ``--max-steps``, ``--amp``, ``--ema-decay``."""
-        lr = scaled_learning_rate(config.lr, config.lr_scaling, effective_batch, config.base_batch)
-        optimizer = adamw(policy.parameters(), lr=lr, weight_decay=config.weight_decay)
-        schedule = Schedule(config.warmup_steps, config.max_steps)
+        lr = scaled_learning_rate(optim.lr, optim.lr_scaling, effective_batch, optim.base_batch)
+        optimizer = adamw(policy.parameters(), lr=lr, weight_decay=optim.weight_decay)
+        schedule = Schedule(optim.warmup_steps, optim.max_steps)
         ema = None
-        if config.ema_decay > 0:
-            ema = AveragedModel(policy, multi_avg_fn=get_ema_multi_avg_fn(config.ema_decay), use_buffers=True)
-        autocast = functools.partial(torch.autocast, device.type, enabled=config.amp != "none",
-                                     dtype=torch.float16 if config.amp == "fp16" else torch.bfloat16)
-        scaler = torch.amp.GradScaler(device.type, enabled=config.amp == "fp16")  # fp16 gradients would underflow
+        if optim.ema_decay > 0:
+            ema = AveragedModel(policy, multi_avg_fn=get_ema_multi_avg_fn(optim.ema_decay), use_buffers=True)
+        autocast = functools.partial(torch.autocast, device.type, enabled=optim.amp != "none",
+                                     dtype=torch.float16 if optim.amp == "fp16" else torch.bfloat16)
+        scaler = torch.amp.GradScaler(device.type, enabled=optim.amp == "fp16")  # fp16 gradients would underflow
         return cls(policy, optimizer, schedule, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule), scaler, ema,
-                   config.ema_decay, autocast)
+                   optim.ema_decay, autocast)
 
     @property
     def evaluated(self) -> torch.nn.Module:
@@ -90,7 +90,8 @@ class TrainingState:
         if self.scaler.is_enabled() and "scaler" in training:
             self.scaler.load_state_dict(training["scaler"])
         self.optimizer.load_state_dict(training["optimizer"])
-        self.schedule.max_steps = checkpoint.config.get("max_steps", max_steps)  # restored below where saved
+        # the checkpoint's end (a run's before the groups saved its options flat); restored below where saved
+        self.schedule.max_steps = flat_options(checkpoint.config).get("max_steps", max_steps)
         self.scheduler.load_state_dict(training["scheduler"])
         restore_rng_state(training["rng"])
         self.step = checkpoint.step
@@ -131,7 +132,8 @@ def resume_from(config: TrainConfig, spec: PolicySpec, identity: dict, quiet: bo
     if checkpoint is None:
         return None
     try:  # the data first: another task's store also changes the policy's spec
-        notes = check_resume(checkpoint.config, checkpoint.identity, config, identity, config.allow_new_data)
+        notes = check_resume(flat_options(checkpoint.config), checkpoint.identity, flat_options(asdict(config)),
+                             identity, config.allow_new_data)
     except ValueError as error:
         raise ValueError(f"cannot resume {run}: {error}") from None
     if changed := changed_spec_fields(checkpoint.spec, spec):
