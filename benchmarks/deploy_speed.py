@@ -68,7 +68,7 @@ from collect.config import CollectConfig
 from sim.fleet import episode_seed, make_fleet
 from sim.tasks import resolve_task
 from train.checkpoint import load_policy
-from train.config import PolicyOptions
+from train.policies.options import PolicyOptions
 from train.fleet.deploy import LEDGERS, Help, deploy_round
 from train.fleet.driver import FleetDriver
 from train.fleet.gates import MEASURES_DISAGREEMENT, MODES, GateOptions

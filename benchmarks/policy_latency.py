@@ -54,7 +54,7 @@ from benchmarks.common import benchmark_parser, machine_facts, publish
 from core.errors import fail
 from eval.lerobot_policy import LeRobotAgent
 from train.checkpoint import DESCRIPTION, WEIGHTS, Checkpoint, load_policy, open_checkpoint
-from train.config import PolicyOptions
+from train.policies.options import CNNOptions, LeRobotOptions, PolicyOptions
 from train.export import EXPORTABLE, export_lerobot_policy
 
 TASK, CAMERAS = "pick_place", ("front", "wrist")
@@ -64,11 +64,11 @@ CASES = {  # name -> the PolicyOptions fields that make it
     "mlp 256x256": {"policy": "mlp"},
     "mlp 1024x1024x1024": {"policy": "mlp", "hidden": (1024, 1024, 1024)},
     "cnn small": {"policy": "cnn"},
-    "cnn resnet18": {"policy": "cnn", "vision_backbone": "resnet18"},
+    "cnn resnet18": {"policy": "cnn", "cnn": CNNOptions(vision_backbone="resnet18")},
     "act small": {"policy": "act"},
-    "act default": {"policy": "act", "lerobot_config": "default"},
+    "act default": {"policy": "act", "lerobot": LeRobotOptions(lerobot_config="default")},
     "diffusion small": {"policy": "diffusion"},
-    "diffusion default": {"policy": "diffusion", "lerobot_config": "default"},
+    "diffusion default": {"policy": "diffusion", "lerobot": LeRobotOptions(lerobot_config="default")},
 }
 
 

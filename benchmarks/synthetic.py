@@ -9,7 +9,7 @@ import torch
 from dataset.schema import features_of
 from sim import make_robot, resolve_task
 from train.checkpoint import Checkpoint
-from train.config import PolicyOptions
+from train.policies.options import PolicyOptions
 from train.policies.policy import make_policy, policy_spec
 
 

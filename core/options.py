@@ -4,6 +4,9 @@ Each field of a config dataclass becomes a ``--field-name`` option with the fiel
 default, its type and the help text from ``field(metadata={"help": ...})``. Booleans
 become ``--flag`` / ``--no-flag`` pairs; tuples take several values. A field with
 ``metadata={"positional": True}`` (and no default) is a positional argument instead.
+A field whose type is itself a config dataclass groups options by concern (``TrainConfig.optim``):
+its fields are options of their own, named as if they stood at the top (``--max-steps``), with
+the defaults of the group's default instance; the names must stay unique across the groups.
 
 Commands with subcommands (``dataset info PATH``) give each subcommand its own
 config dataclass: see ``parse_subcommand``. The range and choice checks of a config's
@@ -27,13 +30,19 @@ def _with_default(help_text: str, default) -> str:
     return help_text if "(default" in help_text else f"{help_text} (default: {default})"
 
 
-def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, field_type) -> None:
+def _default(field: dataclasses.Field):
+    """The field's default; None for one without (a positional argument)."""
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None if field.default is dataclasses.MISSING else field.default
+
+
+def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, field_type, default) -> None:
     option = "--" + field.name.replace("_", "-")
     help_text = field.metadata.get("help", "").replace("%", "%%")  # argparse formats help with %
     if field.metadata.get("positional"):
         parser.add_argument(field.name, type=field_type, help=help_text)
         return
-    default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
     origin = typing.get_origin(field_type)
     if field_type is bool:
         parser.add_argument(option, action=argparse.BooleanOptionalAction, default=default, help=help_text)
@@ -46,10 +55,25 @@ def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, field_
         parser.add_argument(option, type=field_type, default=default, help=_with_default(help_text, default))
 
 
-def _add_fields(parser: argparse.ArgumentParser, config_class: type) -> None:
+def _add_fields(parser: argparse.ArgumentParser, config_class: type, defaults: object | None = None) -> None:
+    """An option per field of ``config_class`` (a group's fields in its place), defaults from ``defaults``
+    (an instance) where given, else from the fields."""
     hints = typing.get_type_hints(config_class)
     for field in dataclasses.fields(config_class):
-        _add_field(parser, field, hints[field.name])
+        default = getattr(defaults, field.name) if defaults is not None else _default(field)
+        if dataclasses.is_dataclass(hints[field.name]):
+            _add_fields(parser, hints[field.name], default)
+        else:
+            _add_field(parser, field, hints[field.name], default)
+
+
+def _instance(config_class: type[ConfigT], arguments: dict) -> ConfigT:
+    """``config_class`` from the parsed options, each group's built from its own fields."""
+    hints = typing.get_type_hints(config_class)
+    return config_class(**{
+        field.name: _instance(hints[field.name], arguments) if dataclasses.is_dataclass(hints[field.name])
+        else tuple(arguments[field.name]) if isinstance(arguments[field.name], list) else arguments[field.name]
+        for field in dataclasses.fields(config_class)})
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -68,7 +92,7 @@ def config_parser(config_class: type, description: str) -> argparse.ArgumentPars
 
 def _build_config(parser: argparse.ArgumentParser, config_class: type[ConfigT], arguments: dict) -> ConfigT:
     try:
-        return config_class(**{name: tuple(v) if isinstance(v, list) else v for name, v in arguments.items()})
+        return _instance(config_class, arguments)
     except ValueError as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from train.restarts import end_if_failed_before, failures_remembered
+from train.restarts import end_if_failed_before
 
 if __name__ == "__main__":  # a torchrun restart of inputs that failed before ends here, before torch loads (seconds)
     end_if_failed_before(sys.argv[1:])
@@ -46,11 +46,12 @@ from dataset.chunks import DataError
 from dataset.episodes import EpisodeRef, select_episodes
 from dataset.stats import fleet_stats
 from dataset.windows import WindowSpec
-from train.bc import join_process_group, run_training
+from train.bc import join_process_group, one_line_errors, run_training
 from train.checkpoint import load_policy
 from train.config import TrainConfig
 from train.dagger import collect_round, round_directory
 from train.data import open_training_store
+from train.policies.options import PolicyOptions
 from train.policies.policy import Policy, PolicySpec, make_policy, policy_spec
 
 ROUND_TIMEOUT = timedelta(hours=2)  # how long the other ranks wait for rank 0's DAgger rollouts
@@ -60,7 +61,7 @@ ROUND_TIMEOUT = timedelta(hours=2)  # how long the other ranks wait for rank 0's
 class DistillConfig(TrainConfig):
     teacher: str = field(default="", metadata={
         "help": "the teacher: a run directory or checkpoint that evaluate loads"})
-    hidden: tuple[int, ...] = field(default=(64, 64), metadata={"help": "the student's MLP hidden widths"})
+    policy: PolicyOptions = field(default_factory=lambda: PolicyOptions(hidden=(64, 64)))  # a small student
     dagger_rounds: int = field(default=0, metadata={
         "help": "DAgger rounds after the first --max-steps: roll the student out, label with the teacher, train on"})
     dagger_episodes: int = field(default=4, metadata={"help": "episodes per robot rolled out in each round"})
@@ -71,7 +72,7 @@ class DistillConfig(TrainConfig):
         super().__post_init__()
         if not self.teacher:
             raise ValueError("--teacher is required: a run directory or checkpoint of train/bc.py")
-        if self.policy == "diffusion":
+        if self.policy.policy == "diffusion":
             raise ValueError("a diffusion student is not supported (its windows start before the current frame, "
                              "where the teacher gives no actions); use --policy mlp, cnn or act")
         for name in ("dagger_rounds",):
@@ -83,7 +84,7 @@ class DistillConfig(TrainConfig):
 
     @property
     def total_steps(self) -> int:
-        return self.max_steps + self.dagger_rounds * self.dagger_steps
+        return self.optim.max_steps + self.dagger_rounds * self.dagger_steps
 
 
 class TeacherLabels:
@@ -141,9 +142,9 @@ def load_teacher(config: DistillConfig, store: FleetStore) -> Policy:
     if missing := [name for name in teacher.spec.features if name not in store.features]:
         fail(f"the teacher sees {missing[0]}, which {store.path} does not have "
              "(collect the store with the teacher's cameras, e.g. --cameras front wrist)")
-    if config.horizon > teacher.chunk_length:
-        fail(f"--horizon {config.horizon} is longer than the {teacher.chunk_length} actions the teacher predicts; "
-             f"use --horizon {teacher.chunk_length} or less")
+    if config.policy.horizon > teacher.chunk_length:
+        fail(f"--horizon {config.policy.horizon} is longer than the {teacher.chunk_length} actions the teacher "
+             f"predicts; use --horizon {teacher.chunk_length} or less")
     return teacher.eval().requires_grad_(False)
 
 
@@ -163,17 +164,18 @@ def warn_if_larger(student: PolicySpec, store: FleetStore, teacher: Policy) -> N
 
 def rollout_robots(config: DistillConfig, store: FleetStore) -> list[int]:
     """The robots of ``store`` that ``--robots`` and ``--sites`` keep: those DAgger rolls the student out on."""
-    return [robot for robot in store.robots if (not config.robots or robot in config.robots)
-            and (not config.sites or store.site_of(robot) in config.sites)]
+    robots, sites = config.data.robots, config.data.sites
+    return [robot for robot in store.robots if (not robots or robot in robots)
+            and (not sites or store.site_of(robot) in sites)]
 
 
 def run_distillation(config: DistillConfig) -> None:
     """Distil the teacher of ``config`` into its student, with its DAgger rounds: the whole of distill.py."""
     master = int(os.environ.get("RANK", "0")) == 0
-    store = open_training_store(config, quiet=not master)
+    store = open_training_store(config.data, quiet=not master)
     teacher = load_teacher(config, store)
     try:
-        student = policy_spec(config, store.features)
+        student = policy_spec(config.policy, store.features)
     except ValueError as error:
         fail(str(error))
     if master:
@@ -181,7 +183,7 @@ def run_distillation(config: DistillConfig) -> None:
     ddp = "RANK" in os.environ
     if ddp:  # one process group for every phase; the others wait in it while rank 0 rolls out
         join_process_group(ROUND_TIMEOUT)
-    schedule = dataclasses.replace(config, max_steps=config.total_steps)
+    schedule = dataclasses.replace(config, optim=dataclasses.replace(config.optim, max_steps=config.total_steps))
     rounds: list[FleetStore] = []
     for round in range(config.dagger_rounds + 1):
         if round > 0:
@@ -191,14 +193,15 @@ def run_distillation(config: DistillConfig) -> None:
             if ddp:
                 dist.barrier()
             rounds.append(FleetStore.open(round_directory(Path(config.out), round)))
-        run_training(schedule, TeacherLabels(teacher, rounds), until=config.max_steps + round * config.dagger_steps)
+        until = config.optim.max_steps + round * config.dagger_steps
+        run_training(schedule, TeacherLabels(teacher, rounds), until=until)
     if ddp:
         dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> None:
     config = parse_config(DistillConfig, __doc__, argv)
-    with failures_remembered(sys.argv[1:] if argv is None else argv):
+    with one_line_errors(sys.argv[1:] if argv is None else argv, Path(config.out)):
         run_distillation(config)
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from train.restarts import end_if_failed_before, failures_remembered
+from train.restarts import end_if_failed_before
 
 if __name__ == "__main__":  # a torchrun restart of inputs that failed before ends here, before torch loads (seconds)
     end_if_failed_before(sys.argv[1:])
@@ -51,7 +51,7 @@ from core.options import check_choices, check_options, parse_config
 from dataset import FleetStore
 from dataset.episodes import select_episodes
 from dataset.manifest import read_manifest
-from train.bc import join_process_group, run_training
+from train.bc import join_process_group, one_line_errors, run_training
 from train.checkpoint import latest_checkpoint, open_checkpoint
 from train.config import TrainConfig
 from train.data import open_training_store
@@ -97,7 +97,7 @@ class FleetLearnConfig(TrainConfig, GateOptions):
 
     @property
     def total_steps(self) -> int:
-        return self.max_steps + self.rounds * self.round_steps
+        return self.optim.max_steps + self.rounds * self.round_steps
 
 
 def round_directory(run: Path, round: int) -> Path:
@@ -141,8 +141,9 @@ def deploy(config: FleetLearnConfig, store: FleetStore, round: int) -> None:
 
 def write_accounts(config: FleetLearnConfig, store: FleetStore, rounds: list[FleetStore]) -> None:
     """OUT/fleet/accounts.json and its table on the console."""
-    seed = select_episodes(store, robots=config.robots or None, sites=config.sites or None,
-                           per_robot=config.episodes_per_robot or None)
+    data = config.data
+    seed = select_episodes(store, robots=data.robots or None, sites=data.sites or None,
+                           per_robot=data.episodes_per_robot or None)
     accounts = run_accounts(seed_frames(seed), rounds)
     (Path(config.out) / "fleet").mkdir(parents=True, exist_ok=True)
     write_json_atomic(Path(config.out) / "fleet" / "accounts.json",
@@ -159,11 +160,11 @@ def trained_to(run: Path) -> int:
 def run_fleet_learning(config: FleetLearnConfig) -> None:
     """Train on the seed, then deploy, retrain and account for each round: the whole of fleet_learn.py."""
     master = int(os.environ.get("RANK", "0")) == 0
-    store = open_training_store(config, quiet=not master)
+    store = open_training_store(config.data, quiet=not master)
     ddp = "RANK" in os.environ
     if ddp:  # one process group for every phase; the others wait in it while rank 0 deploys
         join_process_group(ROUND_TIMEOUT)
-    schedule = dataclasses.replace(config, max_steps=config.total_steps)
+    schedule = dataclasses.replace(config, optim=dataclasses.replace(config.optim, max_steps=config.total_steps))
     last = config.rounds if config.stop_after is None else min(config.stop_after, config.rounds)
     rounds: list[FleetStore] = []
     for round in range(last + 1):
@@ -173,7 +174,7 @@ def run_fleet_learning(config: FleetLearnConfig) -> None:
             if ddp:
                 dist.barrier()
             rounds.append(FleetStore.open(round_directory(Path(config.out), round)))
-        until = config.max_steps + round * config.round_steps
+        until = config.optim.max_steps + round * config.round_steps
         if trained_to(Path(config.out)) < until:  # a finished round is not loaded again
             run_training(schedule, DeploymentLabels(rounds) if rounds else None, until=until,
                          rewarm=config.round_lr if round else 0.0)
@@ -186,7 +187,7 @@ def run_fleet_learning(config: FleetLearnConfig) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     config = parse_config(FleetLearnConfig, __doc__, argv)
-    with failures_remembered(sys.argv[1:] if argv is None else argv):
+    with one_line_errors(sys.argv[1:] if argv is None else argv, Path(config.out)):
         run_fleet_learning(config)
 
 

@@ -55,11 +55,12 @@ def data_changes(old: dict, new: dict) -> list[str]:
     return changes
 
 
-def check_resume(checkpoint_config: dict, identity: dict | None, config, new_identity: dict,
+def check_resume(checkpoint_config: dict, identity: dict | None, config: dict, new_identity: dict,
                  allow_new_data: bool) -> list[str]:
     """Check that ``config`` on data ``new_identity`` may carry on a checkpoint of ``checkpoint_config`` on
-    data ``identity`` (None: not recorded); a one-line ``ValueError`` where it may not, else a warning
-    for each thing it carries on with nonetheless (see the module docstring)."""
+    data ``identity`` (None: not recorded), both configs by option name (``train.config.flat_options``);
+    a one-line ``ValueError`` where it may not, else a warning for each thing it carries on with
+    nonetheless (see the module docstring)."""
     notes = []
     if identity is None:
         notes.append("the checkpoint does not record what it was trained on (converted from the old format): "
@@ -76,8 +77,8 @@ def check_resume(checkpoint_config: dict, identity: dict | None, config, new_ide
                              "on with the checkpoint's normalisation, or train in another --out")
         notes.append(f"carrying on with new data (--allow-new-data): {'; '.join(changes)}")
     for name in FIXED_ON_RESUME:
-        if name in checkpoint_config and checkpoint_config[name] != getattr(config, name):
+        if name in checkpoint_config and checkpoint_config[name] != config[name]:
             option = "--" + name.replace("_", "-")
-            raise ValueError(f"it was trained with {option} {checkpoint_config[name]}, not {getattr(config, name)}: "
+            raise ValueError(f"it was trained with {option} {checkpoint_config[name]}, not {config[name]}: "
                              f"resume with the same {option}, or --no-resume to start afresh")
     return notes

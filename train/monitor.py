@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -152,11 +153,11 @@ class Monitor:
         self.metrics = open(self.metrics_path, "a")
         self.tensorboard = SummaryWriter(str(self.run / "tensorboard"), purge_step=start_step + 1)
         self.wandb = None
-        if config.wandb:
+        if config.log.wandb:
             import wandb  # only when asked: it is slow to import
 
-            self.wandb = wandb.init(project=config.wandb_project, dir=str(self.run), name=self.run.name,
-                                    config=vars(config), mode=config.wandb_mode or None)
+            self.wandb = wandb.init(project=config.log.wandb_project, dir=str(self.run), name=self.run.name,
+                                    config=asdict(config), mode=config.log.wandb_mode or None)
 
     def log(self, record: dict) -> None:
         """Append ``record`` (it has a ``step``) everywhere, print it, warn on a low sync efficiency."""

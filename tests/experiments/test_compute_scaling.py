@@ -230,7 +230,7 @@ def test_two_torchrun_agents_on_loopback_train_and_report_their_windows(pick_pla
     figures = compute_scaling.train(config, pick_place_fleet, "mlp", run, tmp_path / "run")
     assert figures["steps"] == 2 and figures["samples_per_s"] > 0 and figures["communication_s"] > 0
     written = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert written["world_size"] == 2 and written["config"]["comm_hook"] == "ring"
+    assert written["world_size"] == 2 and written["config"]["ddp"]["comm_hook"] == "ring"
 
 
 def test_the_gpu_checks_give_each_policy_ddps_cost_at_one_rank_and_the_spread_of_rounds(tmp_path):

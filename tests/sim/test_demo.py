@@ -46,6 +46,27 @@ class ExampleConfig:
     overwrite: bool = False
 
 
+@dataclass
+class Group:
+    steps: int = field(default=10, metadata={"help": "steps"})
+
+
+@dataclass
+class GroupedConfig:
+    name: str = "fleet"
+    group: Group = field(default_factory=Group)
+
+
+@dataclass
+class SmallerGroupConfig(GroupedConfig):
+    group: Group = field(default_factory=lambda: Group(steps=3))
+
+
+def test_a_group_of_options_keeps_flat_names_and_its_default_instance():
+    assert parse_config(GroupedConfig, "", ["--steps", "7"]) == GroupedConfig(group=Group(steps=7))
+    assert parse_config(SmallerGroupConfig, "", []).group == Group(steps=3)
+
+
 def test_config_parser_maps_every_field_to_an_option():
     config = parse_config(ExampleConfig, "", ["--robots", "7", "--cameras", "front", "wrist", "--overwrite", "--rate", "0.5"])
     assert config == ExampleConfig(name="fleet", robots=7, rate=0.5, cameras=("front", "wrist"), overwrite=True)

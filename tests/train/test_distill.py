@@ -131,4 +131,4 @@ def test_a_student_larger_than_its_teacher_is_warned_of(pick_place_fleet, teache
                    "--hidden", "512", "512", script="distill.py")
     assert larger.returncode == 0, larger.stderr[-2000:]
     assert "is not smaller than the teacher" in larger.stderr
-    assert json.loads((tmp_path / "s" / "config.json").read_text())["config"]["hidden"] == [512, 512]
+    assert json.loads((tmp_path / "s" / "config.json").read_text())["config"]["policy"]["hidden"] == [512, 512]

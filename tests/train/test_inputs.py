@@ -12,7 +12,7 @@ import torch.nn.functional as F  # noqa: N812
 from collect_helpers import REPO, subprocess_env
 from train.augment import images_to_model, random_shift
 from train.checkpoint import load_policy, open_checkpoint
-from train.config import TrainConfig
+from train.policies.options import PolicyOptions
 from train.policies.policy import policy_spec
 from train_helpers import metrics, train
 
@@ -40,7 +40,7 @@ STATE_ONLY = {name: feature for name, feature in STORE_FEATURES.items() if name 
     ("diffusion", "state", STORE_FEATURES, ["observation.state", PRIVILEGED]),
 ])
 def test_inputs_pick_the_features(kind, inputs, store, features):
-    spec = policy_spec(TrainConfig(policy=kind, inputs=inputs), store)
+    spec = policy_spec(PolicyOptions(policy=kind, inputs=inputs), store)
     assert list(spec.features) == features
     assert spec.inputs == ("proprio+cameras" if inputs == "auto" and FRONT in features
                            else "state" if inputs == "auto" else inputs)
@@ -57,12 +57,12 @@ def test_inputs_pick_the_features(kind, inputs, store, features):
 ])
 def test_inputs_a_policy_or_store_cannot_serve_are_refused_naming_the_fix(kind, inputs, store, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        policy_spec(TrainConfig(policy=kind, inputs=inputs), store)
+        policy_spec(PolicyOptions(policy=kind, inputs=inputs), store)
 
 
 def test_an_unknown_input_choice_is_refused():
     with pytest.raises(ValueError, match="--inputs must be one of auto, state, proprio\\+cameras"):
-        TrainConfig(inputs="pixels")
+        PolicyOptions(inputs="pixels")
 
 
 def test_random_shift_is_a_crop_of_the_edge_padded_image():
@@ -88,7 +88,7 @@ def test_augmentation_runs_in_training_mode_only(camera_fleet):
     from train.policies.policy import make_policy
 
     store = FleetStore.open(camera_fleet)
-    spec = policy_spec(TrainConfig(policy="cnn", colour_jitter=0.3), store.features)
+    spec = policy_spec(PolicyOptions(policy="cnn", colour_jitter=0.3), store.features)
     policy = make_policy(spec, fleet_stats(store))
     frames = torch.from_numpy(store.episode(0, 0)[FRONT][:8])[:, None]  # [8, 1, H, W, C] uint8, as the loader gives
     plain = policy.inputs["observation_images_front"](images_to_model(frames))
@@ -115,9 +115,9 @@ def test_a_visuomotor_policy_learns_and_evaluates_without_the_privileged_state(c
     assert completed.returncode == 0, completed.stderr[-3000:]
     losses = [record["loss"] for record in metrics(run) if "loss" in record]
     assert losses[-1] < 0.5 * losses[0], losses
-    assert json.loads((run / "config.json").read_text())["config"]["inputs"] == "proprio+cameras"
+    assert json.loads((run / "config.json").read_text())["config"]["policy"]["inputs"] == "proprio+cameras"
     saved = open_checkpoint(run)
-    assert saved.spec.inputs == "proprio+cameras" and saved.config["inputs"] == "proprio+cameras"
+    assert saved.spec.inputs == "proprio+cameras" and saved.config["policy"]["inputs"] == "proprio+cameras"
     policy, _ = load_policy(run)
     assert list(policy.spec.features) == ["observation.state", FRONT] and not policy.training
 

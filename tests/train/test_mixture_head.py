@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from train.config import TrainConfig
+from train.policies.options import PolicyOptions
 from train.policies.mixture import MixtureHead
 from train.policies.policy import PolicySpec, make_policy, policy_spec
 
@@ -85,14 +85,14 @@ def test_shared_dimensions_are_the_same_in_every_mode():
 
 def test_only_the_mlp_and_cnn_heads_take_modes():
     features = {"observation.state": {"shape": [3], "dtype": "float32"}, "action": {"shape": [2], "dtype": "float32"}}
-    assert policy_spec(TrainConfig(policy="mlp", action_modes=3), features).action_modes == 3
+    assert policy_spec(PolicyOptions(policy="mlp", action_modes=3), features).action_modes == 3
     with pytest.raises(ValueError, match="--action-modes is for the mlp and cnn heads"):
-        policy_spec(TrainConfig(policy="diffusion", action_modes=3), features)
+        policy_spec(PolicyOptions(policy="diffusion", action_modes=3), features)
     with pytest.raises(ValueError, match="--action-modes must be at least 1"):
-        TrainConfig(action_modes=0)
+        PolicyOptions(action_modes=0)
     named = {**features, "action": {**features["action"], "names": ["ee_dyaw", "gripper"]}}
-    assert policy_spec(TrainConfig(action_modes=2, mode_actions=("gripper",)), named).mode_actions == (1,)
+    assert policy_spec(PolicyOptions(action_modes=2, mode_actions=("gripper",)), named).mode_actions == (1,)
     with pytest.raises(ValueError, match="add --action-modes 2 or more"):
-        policy_spec(TrainConfig(mode_actions=("gripper",)), named)
+        policy_spec(PolicyOptions(mode_actions=("gripper",)), named)
     with pytest.raises(ValueError, match="the action has no dimension 'yaw'; it has ee_dyaw, gripper"):
-        policy_spec(TrainConfig(action_modes=2, mode_actions=("yaw",)), named)
+        policy_spec(PolicyOptions(action_modes=2, mode_actions=("yaw",)), named)

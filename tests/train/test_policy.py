@@ -8,7 +8,7 @@ from dataset import FleetStore
 from dataset.episodes import select_episodes
 from dataset.stats import fleet_stats
 from dataset.windows import FleetWindowDataset, WindowSpec
-from train.config import TrainConfig
+from train.policies.options import CNNOptions, PolicyOptions
 from train.policies.policy import Normalizer, PolicySpec, make_policy, policy_spec
 
 
@@ -64,7 +64,7 @@ def vector_stats(size: int) -> dict[str, np.ndarray]:
 
 
 def tiny(kind: str, cameras: bool = True, **options) -> torch.nn.Module:
-    config = TrainConfig(policy=kind, horizon=8, n_action_steps=3, hidden=(8,), **options)
+    config = PolicyOptions(policy=kind, horizon=8, n_action_steps=3, hidden=(8,), **options)
     features = {k: v for k, v in STORE_FEATURES.items() if cameras or not k.startswith("observation.images.")}
     spec = policy_spec(config, features)
     stats = {"observation.state": vector_stats(3), "observation.environment_state": vector_stats(2),
@@ -91,7 +91,7 @@ def fix_noise(policy, noise: torch.Tensor | None) -> None:
 
 
 @pytest.mark.parametrize("kind, options", [("mlp", {}), ("mlp", {"action_modes": 3}), ("cnn", {}),
-                                           ("cnn", {"vision_backbone": "resnet18"}), ("act", {}), ("diffusion", {})])
+                                           ("cnn", {"cnn": CNNOptions(vision_backbone="resnet18")}), ("act", {}), ("diffusion", {})])
 def test_every_kind_acts_the_same_batched_and_one_env_at_a_time(kind, options):
     policy = tiny(kind, **options)
     observations = env_observations(steps=5, envs=3)
@@ -122,7 +122,7 @@ def test_diffusion_sampling_follows_the_torch_seed():
 def test_env_images_reach_the_model_in_the_training_layout(camera_fleet):
     """select_action turns uint8 HWC env images into exactly what training windows hold."""
     store = FleetStore.open(camera_fleet)
-    spec = policy_spec(TrainConfig(policy="cnn", n_action_steps=1), store.features)  # a prediction every step
+    spec = policy_spec(PolicyOptions(policy="cnn", n_action_steps=1), store.features)  # a prediction every step
     window = WindowSpec.of(spec.n_obs_steps, spec.horizon, [*spec.features, "action"])
     episode = select_episodes(store)[0]
     sample = FleetWindowDataset(store, [episode], window)[3]  # frame 3 of the episode: frames 2 and 3
@@ -139,14 +139,14 @@ def test_env_images_reach_the_model_in_the_training_layout(camera_fleet):
 
 def test_policy_spec_takes_the_inputs_each_kind_uses():
     state_only = {k: v for k, v in STORE_FEATURES.items() if k != "observation.images.front"}
-    assert list(policy_spec(TrainConfig(policy="mlp"), STORE_FEATURES).features) == list(state_only)[:2]
+    assert list(policy_spec(PolicyOptions(policy="mlp"), STORE_FEATURES).features) == list(state_only)[:2]
     for kind in ("cnn", "act", "diffusion"):
-        assert policy_spec(TrainConfig(policy=kind), STORE_FEATURES).features["observation.images.front"] == [3, 16, 16]
-    assert "observation.images.front" not in policy_spec(TrainConfig(policy="act"), state_only).features
-    assert policy_spec(TrainConfig(policy="act"), state_only).n_obs_steps == 1
-    assert policy_spec(TrainConfig(policy="diffusion"), state_only).action_start == -1
+        assert policy_spec(PolicyOptions(policy=kind), STORE_FEATURES).features["observation.images.front"] == [3, 16, 16]
+    assert "observation.images.front" not in policy_spec(PolicyOptions(policy="act"), state_only).features
+    assert policy_spec(PolicyOptions(policy="act"), state_only).n_obs_steps == 1
+    assert policy_spec(PolicyOptions(policy="diffusion"), state_only).action_start == -1
     with pytest.raises(ValueError, match="needs camera images"):
-        policy_spec(TrainConfig(policy="cnn"), state_only)
+        policy_spec(PolicyOptions(policy="cnn"), state_only)
 
 
 def test_min_max_normalisation_maps_the_range_to_plus_minus_one():

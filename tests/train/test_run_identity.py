@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from train.checkpoint import open_checkpoint
+from train.config import flat_options
 from train.restarts import RECORD
 from collect_helpers import REPO
 from train_helpers import metrics, train, train_command, train_env
@@ -60,7 +61,19 @@ def test_an_optimisation_option_changed_on_resume_is_refused_and_max_steps_is_ap
             "10% at the new end)") in extended.stdout
     rates = {record["step"]: record["lr"] for record in metrics(run_copy) if "lr" in record}
     assert all(rate == pytest.approx(rates[20]) for step, rate in rates.items() if step > 20)  # no jump back up
-    assert open_checkpoint(run_copy).config["max_steps"] == 30
+    assert open_checkpoint(run_copy).config["optim"]["max_steps"] == 30
+
+
+def test_a_run_saved_before_the_option_groups_resumes(run_copy, pick_place_fleet):
+    description = run_copy / "checkpoints" / "step_00000020" / "checkpoint.json"
+    saved = json.loads(description.read_text())
+    saved["config"] = flat_options(saved["config"])  # as runs saved their config before the groups
+    description.write_text(json.dumps(saved))
+    stderr = refusal(train("--data", pick_place_fleet, "--out", run_copy, "--max-steps", "30", "--lr", "1e-2"))
+    assert "it was trained with --lr 0.003, not 0.01" in stderr
+    extended = train("--data", pick_place_fleet, "--out", run_copy, "--max-steps", "30")
+    assert extended.returncode == 0 and "resumed from step 20 (--max-steps 30, was 20" in extended.stdout
+    assert open_checkpoint(run_copy).config["optim"]["max_steps"] == 30
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ def test_one_process_learns_checkpoints_and_resumes_where_it_stopped(pick_place_
     assert first.returncode == 0, first.stderr[-3000:]
     losses = [r["loss"] for r in metrics(run) if "loss" in r]
     assert losses[-1] < 0.7 * losses[0], losses  # it learns
-    assert json.loads((run / "config.json").read_text())["config"]["max_steps"] == 40
+    assert json.loads((run / "config.json").read_text())["config"]["optim"]["max_steps"] == 40
     assert open_checkpoint(run).step == 40
 
     second = train("--data", pick_place_fleet, "--out", run, "--max-steps", "60")
@@ -103,7 +103,7 @@ def test_two_torchrun_ranks_end_with_identical_weights(pick_place_fleet, tmp_pat
     assert metrics(run)[-1] == {"step": 20, "ranks_in_sync": True, "world_size": 2}
     # the default comm hook between CPU ranks on one host is our shared-memory one, and the saved config says so
     assert "comm hook shm" in completed.stdout
-    assert json.loads((run / "config.json").read_text())["config"]["comm_hook"] == "shm"
+    assert json.loads((run / "config.json").read_text())["config"]["ddp"]["comm_hook"] == "shm"
 
 
 @pytest.mark.slow

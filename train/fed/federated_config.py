@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from core.errors import check_output_directory
 from core.options import check_choices, check_options
 from train.comm.compression import COMPRESSIONS
-from train.config import DataOptions, PolicyOptions
+from train.config import DataOptions
+from train.policies.options import PolicyOptions
 
 PERSONAL_MODES = ("none", "robot", "site")
 

@@ -75,8 +75,8 @@ class LeRobotAdapter(Policy):
         self.lerobot_policy = self.policy_class(config)
 
     @classmethod
-    def options(cls, config) -> dict:
-        return {"options": dict(SMALL[cls.kind]) if config.lerobot_config == "small" else {}}
+    def options(cls, options) -> dict:
+        return {"options": dict(SMALL[cls.kind]) if options.lerobot.lerobot_config == "small" else {}}
 
     @staticmethod
     def window_fields(spec: PolicySpec) -> dict:
@@ -129,8 +129,8 @@ class DiffusionAdapter(LeRobotAdapter):
     kind, config_class, policy_class = "diffusion", DiffusionConfig, DiffusionPolicy
 
     @classmethod
-    def options(cls, config) -> dict:
-        return {**super().options(config), "action_start": 1 - config.n_obs_steps}
+    def options(cls, options) -> dict:
+        return {**super().options(options), "action_start": 1 - options.observation_steps}
 
     @staticmethod
     def window_fields(spec: PolicySpec) -> dict:

@@ -40,6 +40,7 @@ from torch import nn
 from dataset.inputs import INPUTS, camera_names, is_image, select_inputs
 from train.augment import images_to_model
 from train.policies.mixture import MixtureHead
+from train.policies.options import PolicyOptions
 
 POLICIES = {  # kind -> "module:class", imported when used (lerobot takes seconds to import)
     "mlp": "train.policies.policy:MLPPolicy",
@@ -156,8 +157,9 @@ class Policy(nn.Module):
         self.reset()
 
     @classmethod
-    def options(cls, config) -> dict:
-        """Kind-specific ``PolicySpec`` fields from a ``TrainConfig`` (``options``, ``action_start``)."""
+    def options(cls, options: PolicyOptions) -> dict:
+        """Kind-specific ``PolicySpec`` fields (``options``, ``action_start``), from the kind's own group of
+        ``options`` where it has one (train/policies/options.py)."""
         return {}
 
     @classmethod
@@ -296,39 +298,39 @@ def policy_class(kind: str) -> type[Policy]:
     return getattr(importlib.import_module(module), name)
 
 
-def policy_spec(config, store_features: dict[str, dict]) -> PolicySpec:
-    """The spec of ``config.policy`` (a ``TrainConfig``) on a store with ``store_features``.
+def policy_spec(options: PolicyOptions, store_features: dict[str, dict]) -> PolicySpec:
+    """The spec of ``options.policy`` on a store with ``store_features``.
 
-    ``config.inputs`` picks the features (``INPUTS``; ``auto``: ``proprio+cameras`` for
+    ``options.inputs`` picks the features (``INPUTS``; ``auto``: ``proprio+cameras`` for
     cnn, and for act and diffusion on a store with cameras, else ``state``; the features through
     ``dataset.inputs.select_inputs``), cameras as [C, H, W]. Raises ValueError, naming the fix,
     for an unknown kind, inputs the kind cannot take, or inputs the store cannot feed.
     """
-    cls = policy_class(config.policy)
-    inputs = config.inputs
+    cls = policy_class(options.policy)
+    inputs = options.inputs
     if inputs == "auto":
         wants_cameras = cls.images == "required" or (cls.images == "optional" and camera_names(store_features))
         inputs = "proprio+cameras" if wants_cameras else "state"
     takes_cameras = INPUTS[inputs][1]
     if takes_cameras and cls.images == "none":
-        raise ValueError(f"--inputs {inputs} needs an image policy: {config.policy} takes no camera images "
+        raise ValueError(f"--inputs {inputs} needs an image policy: {options.policy} takes no camera images "
                          "(use --policy cnn, act or diffusion)")
     if not takes_cameras and cls.images == "required":
-        raise ValueError(f"the {config.policy} policy needs camera images, which --inputs {inputs} leaves out "
+        raise ValueError(f"the {options.policy} policy needs camera images, which --inputs {inputs} leaves out "
                          "(use --inputs proprio+cameras)")
     features = {name: _model_shape(name, store_features[name]["shape"])
                 for name in select_inputs(inputs, store_features)}
     cls.check_inputs(inputs, features)
-    if config.action_modes > 1 and not cls.mixture_head:
-        raise ValueError(f"--action-modes is for the mlp and cnn heads; {config.policy} models its actions "
+    if options.action_modes > 1 and not cls.mixture_head:
+        raise ValueError(f"--action-modes is for the mlp and cnn heads; {options.policy} models its actions "
                          "its own way (use --action-modes 1)")
-    mode_actions = action_indices(config.mode_actions, store_features["action"], config.action_modes)
-    augmentation = {"image_shift": config.image_shift, "colour_jitter": config.colour_jitter} if takes_cameras else {}
-    return PolicySpec(kind=config.policy, n_obs_steps=config.n_obs_steps, horizon=config.horizon,
-                      n_action_steps=config.n_action_steps, hidden=tuple(config.hidden), features=features,
+    mode_actions = action_indices(options.mode_actions, store_features["action"], options.action_modes)
+    augmentation = {"image_shift": options.image_shift, "colour_jitter": options.colour_jitter} if takes_cameras else {}
+    return PolicySpec(kind=options.policy, n_obs_steps=options.observation_steps, horizon=options.horizon,
+                      n_action_steps=options.n_action_steps, hidden=tuple(options.hidden), features=features,
                       action_dim=store_features["action"]["shape"][0], inputs=inputs,
-                      action_modes=config.action_modes, mode_actions=mode_actions, **augmentation,
-                      **cls.options(config))
+                      action_modes=options.action_modes, mode_actions=mode_actions, **augmentation,
+                      **cls.options(options))
 
 
 def _model_shape(name: str, shape: list[int]) -> list[int]:

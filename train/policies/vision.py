@@ -23,7 +23,7 @@ import torchvision
 from torch import nn
 
 from dataset.inputs import is_image
-from train.config import VISION_BACKBONES
+from train.policies.options import VISION_BACKBONES
 from train.policies.policy import MLPPolicy, PolicySpec, module_key
 
 EMBED = 64  # features per camera and frame
@@ -62,8 +62,8 @@ class CNNPolicy(MLPPolicy):
                                        for name in self.cameras})
 
     @classmethod
-    def options(cls, config) -> dict:
-        return {"options": {"vision_backbone": config.vision_backbone}}
+    def options(cls, options) -> dict:
+        return {"options": {"vision_backbone": options.cnn.vision_backbone}}
 
     @property
     def cameras(self) -> list[str]:
