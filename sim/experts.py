@@ -6,8 +6,8 @@ they draw a few style parameters per episode from ``seed`` (speed, clearance hei
 waypoints, action noise), so that demonstrations are varied rather than one fixed path.
 
 Driving, an expert is a phase machine: what it does depends on the phase it remembers
-(a grasp it started, a waypoint it chose). ``label(observation)`` is the same expert as a
-function of the state alone, for labelling states it did not reach itself (DAgger): the
+(a grasp it started, a waypoint it chose). ``label_state(observation)`` is the same expert as
+a function of the state alone, for labelling states it did not reach itself (DAgger): the
 phase is read from the observation and the exploration noise is left out.
 """
 
@@ -62,8 +62,9 @@ class ScriptedExpert:
         self.gripper_width = float(state[12])
         self.env_state = observation["observation.environment_state"].astype(np.float64)
 
-    def label(self, observation: dict) -> np.ndarray:
-        """The action for ``observation`` read from the state alone: the same label whatever came before."""
+    def label_state(self, observation: dict) -> np.ndarray:
+        """The action for ``observation`` read from the state alone: the same label whatever came before.
+        (Not ``label``: collect relabels the frames of an agent that has one, train/dagger.py's student.)"""
         self._parse(observation)
         self.phase = self._phase_of_state()
         noise, self.noise = self.noise, 0.0
@@ -73,7 +74,7 @@ class ScriptedExpert:
             self.noise = noise
 
     def _phase_of_state(self) -> str:
-        """The phase the state shows (``label``); the parsed observation is current."""
+        """The phase the state shows (``label_state``); the parsed observation is current."""
         raise NotImplementedError
 
     def _move(self, target: np.ndarray, gain: float = 0.8, gripper: float = -1.0, yaw_error: float = 0.0):

@@ -46,20 +46,20 @@ def test_expert_style_varies_with_its_seed(task):
 
 @pytest.mark.parametrize("task", ["reach", "push", "pick_place", "stack"])
 def test_the_state_read_labeller_drives_every_task_from_the_start_and_from_a_random_detour(task):
-    """``label`` is a controller of its own: driving with it alone succeeds, also after 15 random steps
+    """``label_state`` is a controller of its own: driving with it alone succeeds, also after 15 random steps
     have put the robot somewhere no demonstration goes (what DAgger asks it to label)."""
     spec = sim.resolve_task(task)
     for profile in ROBOTS[:3]:
         env, expert = spec.make_env(profile), spec.make_expert(profile)
         for index in range(2):
             seed = episode_seed(0, profile.robot_id, index)
-            assert run_episode(env, expert.label, seed, reset_policy=expert.reset).success
+            assert run_episode(env, expert.label_state, seed, reset_policy=expert.reset).success
             detour = np.random.default_rng(seed).uniform(-1, 1, size=(15, *env.action_space.shape))
             steps = iter(detour)
 
             def policy(observation, steps=steps, expert=expert):
                 action = next(steps, None)
-                return expert.label(observation) if action is None else action
+                return expert.label_state(observation) if action is None else action
 
             assert run_episode(env, policy, seed, reset_policy=expert.reset).success, (profile.site, index)
         env.close()
@@ -77,7 +77,23 @@ def test_the_label_of_a_state_does_not_depend_on_how_the_expert_got_there():
     observations = [{key: episode.frames[key][t] for key in episode.frames if key.startswith("observation")}
                     for t in range(episode.length)]
     fresh.reset(7)
-    fresh_labels = np.stack([fresh.label(o) for o in observations])
-    driven_labels = np.stack([driver.label(o) for o in observations])  # after driving through all of them
+    fresh_labels = np.stack([fresh.label_state(o) for o in observations])
+    driven_labels = np.stack([driver.label_state(o) for o in observations])  # after driving through all of them
     np.testing.assert_array_equal(fresh_labels, driven_labels)
+    env.close()
+
+
+def test_a_demonstration_records_the_actions_the_expert_took():
+    """collect records ``label(observation)`` in place of the action for an agent that has ``label`` (DAgger's
+    student, train/dagger.py); an expert's demonstration is what it did, so collect's call records just that."""
+    spec = sim.resolve_task("pick_place")
+    profile = ROBOTS[0]
+    env = spec.make_env(profile)
+    recorded = []
+    for label in (None, "as collect calls it"):
+        expert = spec.make_expert(profile)
+        relabel = getattr(expert, "label", None) if label else None
+        recorded.append(run_episode(env, expert, seed=4, reset_policy=expert.reset, record=True,
+                                    label=relabel).frames["action"])
+    np.testing.assert_array_equal(*recorded)
     env.close()

@@ -100,4 +100,4 @@ class ScriptedSupervisor:
         return np.asarray(self.experts[robot](observation), dtype=np.float32)
 
     def label(self, robot: int, observation: dict) -> np.ndarray:
-        return np.asarray(self.experts[robot].label(observation), dtype=np.float32)
+        return np.asarray(self.experts[robot].label_state(observation), dtype=np.float32)
