@@ -61,7 +61,7 @@ class FleetRoheConfig:
         check_options(self, ("operators", "segment_steps", "fleet_robots", "deploy_episodes", "workers"),
                       lambda value: value >= 1, "must be at least 1")
         check_options(self, ("caps",), lambda caps: all(cap >= 0 for cap in caps), "must not be negative")
-        self.gate_options = GateOptions(random_rate=self.random_rate)
+        GateOptions(random_rate=self.random_rate)  # its range check, before anything deploys
 
 
 def deploy_cell(config: FleetRoheConfig, scheduler: str, cap: int, gate: str) -> dict:
@@ -75,7 +75,7 @@ def deploy_cell(config: FleetRoheConfig, scheduler: str, cap: int, gate: str) ->
                                cameras=tuple(data["cameras"]), image_size=data["image_size"], keep_failures=True,
                                workers=config.workers, scheduler=scheduler, quiet=True)
     policy = latest_checkpoint(source / "seed_policy")
-    help = Help(gate, config.gate_options, config.segment_steps, config.operators)
+    help = Help(gate, GateOptions(random_rate=config.random_rate), config.segment_steps, config.operators)
     deploy_round(collection, str(policy), 1, help, cap,
                  {"source": "fleet_rohe", "policy": repo_relative(policy), "trained_on": repo_relative(source / "seed")})
     account = round_account(FleetStore.open(store))
