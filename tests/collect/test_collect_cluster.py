@@ -1,14 +1,11 @@
 """collect on a real dask cluster: `dask scheduler` and two `dask worker` processes on 127.0.0.1."""
 
-import os
-import signal
-import time
 
 import pytest
 from distributed import Client
 
 from collect_helpers import assert_same_stores, run_collect, start_collect, wait_for_episodes
-from dask_cluster import dask_cluster, free_port
+from dask_cluster import dask_cluster, free_port, kill_a_busy_worker, wait_for_workers_back
 from dataset import FleetStore
 from dataset.verify import verify_store
 
@@ -42,14 +39,9 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(scheduler_address,
     process = start_collect(out, *arguments, "--scheduler", scheduler_address)
     wait_for_episodes(out, 1, process)
     with Client(scheduler_address) as client:
-        busy = [worker for worker, tasks in client.processing().items() if tasks]
-        pids = client.run(os.getpid, workers=busy[:1])
-        (victim,) = pids.values()
-        os.kill(victim, signal.SIGKILL)
+        kill_a_busy_worker(client, lambda: process.poll() is None)
         assert process.wait(timeout=240) == 0, process.stderr.read()
-        deadline = time.monotonic() + 60
-        while len(client.scheduler_info()["workers"]) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)  # the nanny restarts the killed worker for the next test
+        wait_for_workers_back(client)
     store = FleetStore.open(out)
     assert verify_store(store) == []
     assert_same_stores(reference, out)

@@ -1,17 +1,14 @@
 """evaluate on a real dask cluster (`dask scheduler` + two `dask worker` processes): same results, lost workers retried."""
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from distributed import Client
 
 from collect_helpers import REPO, subprocess_env
-from dask_cluster import dask_cluster, free_port
+from dask_cluster import dask_cluster, free_port, kill_a_busy_worker, wait_for_workers_back
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -55,17 +52,9 @@ def test_a_worker_killed_mid_run_is_retried_and_nothing_is_lost(scheduler_addres
     process = subprocess.Popen(evaluate_command(out, "--scheduler", scheduler_address), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=subprocess_env(), cwd=REPO)
     with Client(scheduler_address) as client:
-        deadline = time.monotonic() + 120
-        while not any(client.processing().values()):
-            assert time.monotonic() < deadline and process.poll() is None, "no task started"
-            time.sleep(0.05)
-        busy = [worker for worker, tasks in client.processing().items() if tasks]
-        (victim,) = client.run(os.getpid, workers=busy[:1]).values()
-        os.kill(victim, signal.SIGKILL)
+        kill_a_busy_worker(client, lambda: process.poll() is None)
         assert process.wait(timeout=300) == 0, process.stderr.read()
-        deadline = time.monotonic() + 60
-        while len(client.scheduler_info()["workers"]) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)  # the nanny restarts the killed worker for the next test
+        wait_for_workers_back(client)
     assert episodes(out) == episodes(local_run)
 
 

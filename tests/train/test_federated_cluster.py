@@ -1,15 +1,13 @@
 """Federated rounds on a real dask cluster: failing, hanging and killed clients are left out, and the run goes on."""
 
 import importlib
-import os
-import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from distributed import Client
 
-from dask_cluster import dask_cluster, free_port
+from dask_cluster import dask_cluster, free_port, kill_a_busy_worker, wait_for_workers_back
 from federated_helpers import (QUICK, configure, metrics, only_robot_0_works, robot_1_raises, robot_2_hangs_in_round_1,
                                slow_and_announced)
 from train.checkpoint import latest_checkpoint, open_checkpoint
@@ -74,13 +72,9 @@ def test_a_worker_killed_mid_round_is_tolerated(pick_place_fleet, scheduler_addr
         while not list(run.glob("started-round1-*")):
             assert time.monotonic() < deadline and not training.done()
             time.sleep(0.05)
-        busy = [worker for worker, tasks in client.processing().items() if tasks]
-        (victim,) = client.run(os.getpid, workers=busy[:1]).values()
-        os.kill(victim, signal.SIGKILL)
+        kill_a_busy_worker(client, lambda: not training.done())
         training.result(timeout=300)
-        deadline = time.monotonic() + 60
-        while len(client.scheduler_info()["workers"]) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)  # the nanny restarts the killed worker
+        wait_for_workers_back(client)
     records = metrics(run)
     assert last_round(run) == 2 and [r["round"] for r in records] == [1, 2] and all(r["applied"] for r in records)
     first = records[0]  # the killed robot's task was rerun elsewhere (completed), or it is left out

@@ -1,17 +1,14 @@
 """A fleet-learning round on a real dask cluster (`dask scheduler` and two `dask worker` processes on 127.0.0.1),
 with a worker killed mid-round."""
 
-import os
 import shutil
-import signal
 import subprocess
-import time
 
 import pytest
 from distributed import Client
 
 from collect_helpers import REPO, assert_same_stores, wait_for_episodes
-from dask_cluster import dask_cluster
+from dask_cluster import dask_cluster, kill_a_busy_worker, wait_for_workers_back
 from dataset import FleetStore
 from dataset.verify import verify_store
 from tests.train.test_fleet_learning import fleet_learn, fleet_learn_command
@@ -30,13 +27,9 @@ def test_a_worker_killed_mid_round_loses_and_duplicates_no_episode(trained_run, 
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=train_env(),
                                    cwd=REPO, start_new_session=True)
         wait_for_episodes(run / "fleet" / "round_1", 1, process, timeout=300)
-        busy = [worker for worker, tasks in client.processing().items() if tasks]
-        (victim,) = client.run(os.getpid, workers=busy[:1]).values()
-        os.kill(victim, signal.SIGKILL)
+        kill_a_busy_worker(client, lambda: process.poll() is None)
         assert process.wait(timeout=300) == 0, process.stderr.read()[-3000:]
-        deadline = time.monotonic() + 60
-        while len(client.scheduler_info()["workers"]) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for_workers_back(client)
     store = FleetStore.open(run / "fleet" / "round_1")
     assert verify_store(store) == [] and store.num_episodes == 4 * 6
     assert_same_stores(reference / "fleet" / "round_1", run / "fleet" / "round_1")
