@@ -49,6 +49,8 @@ class FleetRoheConfig:
     random_rate: float = field(default=1.0, metadata={"help": "random gate: the share of steps a robot asks"})
     fleet_robots: int = field(default=50, metadata={"help": "robots deployed"})
     deploy_episodes: int = field(default=2, metadata={"help": "episodes per robot"})
+    continuous: bool = field(default=False, metadata={
+        "help": "robots start their next episode at once (default: in waves, as the source run deployed)"})
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers"})
     out: str = field(default="runs/fleet_rohe", metadata={"help": "the cells' stores"})
     docs: str = field(default="docs/fleet_learning.md", metadata={"help": "markdown file for the table"})
@@ -75,7 +77,8 @@ def deploy_cell(config: FleetRoheConfig, scheduler: str, cap: int, gate: str) ->
                                cameras=tuple(data["cameras"]), image_size=data["image_size"], keep_failures=True,
                                workers=config.workers, scheduler=scheduler, quiet=True)
     policy = latest_checkpoint(source / "seed_policy")
-    help = Help(gate, GateOptions(random_rate=config.random_rate), config.segment_steps, config.operators)
+    help = Help(gate, GateOptions(random_rate=config.random_rate), config.segment_steps, config.operators,
+                config.continuous)
     deploy_round(collection, str(policy), 1, help, cap,
                  {"source": "fleet_rohe", "policy": repo_relative(policy), "trained_on": repo_relative(source / "seed")})
     account = round_account(FleetStore.open(store))

@@ -75,6 +75,9 @@ class FleetLearnConfig(TrainConfig, GateOptions):
     segment_steps: int = field(default=30, metadata={"help": "expert steps a hand-over lasts at most"})
     fleet_robots: int = field(default=50, metadata={"help": "robots deployed: 0..N-1 of the seed collection's fleet"})
     deploy_episodes: int = field(default=2, metadata={"help": "episodes per robot each round"})
+    continuous: bool = field(default=False, metadata={
+        "help": "a robot starts its next episode as soon as one ends (default: in waves, each robot's next episode "
+                "starts when the last of its operator's robots has ended)"})
     round_steps: int = field(default=1000, metadata={"help": "training steps after each round"})
     round_lr: float = field(default=0.0, metadata={
         "help": "each round's training restarts the learning rate at this share of --lr and decays it to 10% by "
@@ -94,6 +97,12 @@ class FleetLearnConfig(TrainConfig, GateOptions):
         check_options(self, ("round_lr",), lambda value: 0.0 <= value <= 1.0, "must be in [0, 1]")
         check_options(self, ("operators", "help_steps", "segment_steps", "fleet_robots", "deploy_episodes",
                              "round_steps", "workers"), lambda value: value >= 1, "must be at least 1")
+
+        self.help()  # its checks, before anything trains
+
+    def help(self) -> Help:
+        """How the rounds' deployments are helped."""
+        return Help(self.gate, self.gate_options(), self.segment_steps, self.operators, self.continuous)
 
     @property
     def total_steps(self) -> int:
@@ -127,7 +136,7 @@ def deploy(config: FleetLearnConfig, store: FleetStore, round: int) -> None:
                                task=store.manifest["task"]["reference"], out=str(out), seed=data["seed"],
                                cameras=tuple(data["cameras"]), image_size=data["image_size"], keep_failures=True,
                                workers=config.workers, scheduler=config.scheduler)
-    help = Help(config.gate, config.gate_options(), config.segment_steps, config.operators)
+    help = config.help()
     lineage = {"source": "fleet", "policy": repo_relative(policy), "trained_on": repo_relative(store.path)}
     print(f"round {round}: deploying {repo_relative(policy)} on {config.fleet_robots} robots x "
           f"{config.deploy_episodes} episodes; gate {config.gate}, {config.operators} operators, "

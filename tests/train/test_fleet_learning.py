@@ -8,11 +8,9 @@ import sys
 
 import numpy as np
 import pytest
-import zarr
 
 from collect.config import CollectConfig
 from collect_helpers import REPO, assert_same_stores
-from core.errors import CRASH_AT
 from dataset import FleetStore
 from dataset.episodes import select_episodes
 from sim.fleet import make_fleet
@@ -22,7 +20,8 @@ from train.fleet.deploy import EXPERT, LEDGERS, POLICY, Help, deploy_round
 from train.fleet.gates import GATES, GateOptions, ProgressTracker, Signals
 from train.fleet.labels import labelled_runs, labelled_segments
 from train.fleet.operators import Operator, operator_groups, step_shares
-from train_helpers import train, train_command, train_env
+from fleet_helpers import columns, fleet_learn
+from train_helpers import train
 
 OPTIONS = GateOptions()
 
@@ -152,12 +151,6 @@ def deployment(trained_run, out, mode="stall", help_steps=120, robots=4, episode
     return deploy_round(config, str(open_checkpoint(trained_run).path), 1, help, help_steps, {"source": "test"})
 
 
-def columns(store_path, robot):
-    group = zarr.open_group(store_path / f"robot_{robot:04d}.zarr", mode="r")
-    return {name: group[f"data/{name}"][:].reshape(group["data/action"].shape[0], -1) for name in
-            ("acted_by", "labelled", "action", "next.success")}, group["meta/episode_ends"][:], group.attrs
-
-
 @pytest.mark.slow
 def test_a_deployment_round_records_who_acted_within_the_help_budget(trained_run, tmp_path):
     out = tmp_path / "round_1"
@@ -198,20 +191,6 @@ def test_dagger_labels_every_frame_without_acting_and_bc_buys_whole_demonstratio
         acted = data["acted_by"][ends[robot - 1] if robot else 0: ends[robot], 0]
         assert acted.all()
         assert (data["acted_by"].sum()) == len(acted)
-
-
-def fleet_learn_command(run, data, *options, ranks=1) -> list[str]:
-    """train/fleet_learn.py on a tiny fleet: one round of 4 robots x 2 episodes, 2 operators, 80 expert steps."""
-    return train_command("--data", data, "--out", run, "--max-steps", "20", "--rounds", "1", "--round-steps", "5",
-                         "--fleet-robots", "4", "--deploy-episodes", "2", "--operators", "2", "--help-steps", "80",
-                         "--gate", "stall", "--stall-steps", "10", "--workers", "2", *options, ranks=ranks,
-                         script="fleet_learn.py")
-
-
-def fleet_learn(run, data, *options, ranks=1, crash_at=None):
-    env = {**train_env(), **({CRASH_AT: crash_at} if crash_at else {})}
-    return subprocess.run(fleet_learn_command(run, data, *options, ranks=ranks), capture_output=True, text=True,
-                          env=env, cwd=REPO, timeout=600, start_new_session=True)
 
 
 @pytest.mark.slow

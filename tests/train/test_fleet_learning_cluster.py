@@ -11,7 +11,7 @@ from collect_helpers import REPO, assert_same_stores, wait_for_episodes
 from dask_cluster import dask_cluster, kill_a_busy_worker, wait_for_workers_back
 from dataset import FleetStore
 from dataset.verify import verify_store
-from tests.train.test_fleet_learning import fleet_learn, fleet_learn_command
+from fleet_helpers import fleet_learn, fleet_learn_command
 from train_helpers import train_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]

@@ -1,18 +1,23 @@
 """One round of deployment: the policy drives every robot of the fleet, operators step in where a gate asks.
 
 ``deploy_round`` runs on dask through collect's engine, one task per operator group
-(train/fleet/operators.py): the task steps its robots in lockstep, one episode of each per
-wave, with one batched forward pass of the policy a step (``FleetDriver``). Every episode is
-recorded, failures included, in collect's shard format with two more columns:
+(train/fleet/operators.py): the task steps its robots in lockstep, with one batched forward
+pass of the policy a step (``FleetDriver``). By default the robots go in waves: every robot of
+the group runs one episode, and the next wave starts when the last of them ends. With
+``Help.continuous`` a robot starts its next episode as soon as one ends, as a deployed fleet
+does, so the operators always watch a full group of robots. Every episode is recorded,
+failures included, in collect's shard format with two more columns:
 
 - ``acted_by``: who acted at that frame, ``POLICY`` (0) or ``EXPERT`` (1);
 - ``labelled``: the frame's ``action`` is the expert's (where it acted; in the ``dagger`` mode,
   where the expert names the action at every frame and the policy still acts, everywhere).
 
 Episode seeds come from their own stream (``sim.fleet.episode_seed(..., "fleet", round)``).
-A group commits each wave to its robots' stores, then adds the wave's expert steps to its
-ledger (``.operators/group_G.json`` in the round's store), so a rerun after a crash skips the
-waves that are done with the budget they spent, and replays (identically) the one that was cut.
+The unit of lockstep stepping is a session: a wave, or the whole round when continuous. A
+group commits each episode to its robot's store as it ends, and each finished session's
+expert steps to its ledger (``.operators/group_G.json`` in the round's store), so a rerun
+after a crash skips the sessions that are done with the budget they spent, and replays
+(identically) the one that was cut, committing only the episodes that were not.
 """
 
 from __future__ import annotations
@@ -50,12 +55,18 @@ LEDGERS = ".operators"
 @dataclass(frozen=True)
 class Help:
     """How help is given in a round: the mode (a gate of ``GATES``, ``dagger`` or ``bc``), its thresholds,
-    the expert steps each hand-over lasts at most, and the operators' count."""
+    the expert steps each hand-over lasts at most, the operators' count, and whether the robots deploy
+    continuously or in waves."""
 
     mode: str
     gate: GateOptions
     segment_steps: int
     operators: int
+    continuous: bool = False  # robots start their next episode at once, not with the rest of their group
+
+    def __post_init__(self):
+        if self.continuous and self.mode == "bc":
+            raise ValueError("--continuous deploys for the gates and dagger; bc's demonstrations go wave by wave")
 
 
 @dataclass(frozen=True)
@@ -78,8 +89,15 @@ class GroupJob:
     ledger: str
 
 
+def sessions(job: GroupJob) -> list[range]:
+    """The group's episodes in lockstep sessions: one per wave, or all of them in one when continuous."""
+    if job.help.continuous:
+        return [range(job.episodes)]
+    return [range(wave, wave + 1) for wave in range(job.episodes)]
+
+
 def deploy_group(job: GroupJob, report_progress=None) -> list[RobotReport]:
-    """Deploy the policy on one group's robots for every wave not yet committed; their reports."""
+    """Deploy the policy on one group's robots for every session not yet committed; their reports."""
     profiles = [RobotProfile.from_dict(profile) for profile in job.profiles]
     spec = resolve_task(job.task)
     envs = [spec.make_env(profile, cameras=job.cameras, image_size=job.image_size) for profile in profiles]
@@ -88,29 +106,30 @@ def deploy_group(job: GroupJob, report_progress=None) -> list[RobotReport]:
     driver = FleetDriver(policy, measure=job.help.mode in MEASURES_DISAGREEMENT)
     supervisor = ScriptedSupervisor(spec, profiles)
     Path(job.ledger).parent.mkdir(parents=True, exist_ok=True)
-    ledger = {int(wave): steps for wave, steps in _read_json(Path(job.ledger)).items()}
+    ledger = {int(session): steps for session, steps in _read_json(Path(job.ledger)).items()}
     operator = Operator(job.help_steps, job.help.segment_steps)
     steps = [0] * len(profiles)  # simulated by this run
     with contextlib.ExitStack() as stack:
         writers = [stack.enter_context(ShardWriter(Path(path), {**job.attrs, "profile": profile}, features))
                    for path, profile in zip(job.stores, job.profiles)]
         done = [writer.done_indices() for writer in writers]
-        for wave in range(job.episodes):
-            if wave in ledger and all(wave in settled for settled in done):
-                operator.steps_left -= ledger[wave]
+
+        def settle(robot: int, record: EpisodeRecord) -> None:
+            steps[robot] += record.length
+            if record.index not in done[robot]:
+                writers[robot].commit([record], [])
+                crash_point("deploy-commit")
+            if report_progress is not None:
+                report_progress(profiles[robot].robot_id, record.index + 1)
+
+        for session, episodes in enumerate(sessions(job)):
+            if session in ledger and all(set(episodes) <= settled for settled in done):
+                operator.steps_left -= ledger[session]
                 continue
             before = operator.steps_left
-            records = run_wave(job, wave, envs, driver, supervisor, operator, features)
-            steps = [done_steps + record.length for done_steps, record in zip(steps, records)]
-            for writer, settled, record in zip(writers, done, records):
-                if wave not in settled:
-                    writer.commit([record], [])
-                    crash_point("deploy-commit")
-            ledger[wave] = before - operator.steps_left
-            write_json_atomic(Path(job.ledger), {str(w): spent for w, spent in sorted(ledger.items())})
-            if report_progress is not None:
-                for profile in profiles:
-                    report_progress(profile.robot_id, wave + 1)
+            run_session(job, session, episodes, envs, driver, supervisor, operator, features, settle)
+            ledger[session] = before - operator.steps_left
+            write_json_atomic(Path(job.ledger), {str(s): spent for s, spent in sorted(ledger.items())})
         reports = [RobotReport(profile.robot_id, profile.site, writer.num_episodes, 0, writer.num_frames, simulated, 0.0)
                    for profile, writer, simulated in zip(profiles, writers, steps)]
     for env in envs:
@@ -118,27 +137,43 @@ def deploy_group(job: GroupJob, report_progress=None) -> list[RobotReport]:
     return reports
 
 
-def run_wave(job: GroupJob, wave: int, envs: list, driver: FleetDriver, supervisor: ScriptedSupervisor,
-             operator: Operator, features: dict) -> list[EpisodeRecord]:
-    """One episode of every robot of the group, stepped in lockstep; the recorded episodes."""
-    robots = len(envs)
-    seeds = [episode_seed(job.fleet_seed, profile["robot_id"], wave, "fleet", job.round) for profile in job.profiles]
-    observations = [env.reset(seed=seed)[0] for env, seed in zip(envs, seeds)]
-    driver.reset()
+def run_session(job: GroupJob, session: int, episodes: range, envs: list, driver: FleetDriver,
+                supervisor: ScriptedSupervisor, operator: Operator, features: dict, settle) -> None:
+    """``episodes`` of every robot of the group, stepped in lockstep, each robot running its episodes back to back
+    (a robot whose episode ends starts its next one at the next step); ``settle(robot, record)`` takes each
+    recorded episode as it ends. The session's decisions depend on nothing before it, so a rerun replays it."""
+    robots, mode, step = len(envs), job.help.mode, 0
+    upcoming = [list(episodes) for _ in range(robots)]
+    episode, seeds = [0] * robots, [0] * robots
+    observations, frames = [None] * robots, [[] for _ in range(robots)]
+    active, success = np.zeros(robots, dtype=bool), np.zeros(robots, dtype=bool)
     tracker = ProgressTracker(robots, job.help.gate)
-    draws = np.random.default_rng([job.fleet_seed, job.round, job.group, wave])
-    frames = [[] for _ in range(robots)]
-    active, success = np.ones(robots, dtype=bool), np.zeros(robots, dtype=bool)
-    mode, step = job.help.mode, 0
-    if mode == "dagger":  # the labeller's style (speed, clearance) is drawn per episode, as a demonstration's
-        for robot, seed in enumerate(seeds):
-            supervisor.take_over(robot, seed)
+    draws = np.random.default_rng([job.fleet_seed, job.round, job.group, session])
+    driver.reset()
+
+    def begin(robot: int) -> None:
+        """The robot's next episode, if it has one left."""
+        if not upcoming[robot]:
+            return
+        episode[robot] = upcoming[robot].pop(0)
+        seeds[robot] = episode_seed(job.fleet_seed, job.profiles[robot]["robot_id"], episode[robot], "fleet",
+                                    job.round)
+        observations[robot] = envs[robot].reset(seed=seeds[robot])[0]
+        frames[robot], active[robot], success[robot] = [], True, False
+        tracker.restart(robot)
+        driver.restart(robot)
+        if mode == "dagger":  # the labeller's style (speed, clearance) is drawn per episode, as a demonstration's
+            supervisor.take_over(robot, seeds[robot])
+
+    for robot in range(robots):
+        begin(robot)
     while active.any():
         batch = {name: np.stack([o[name] for o in observations]) for name in driver.policy.spec.features}
         actions, disagreement = driver(batch)
         helped, started = None, False
         if mode == "bc":  # a whole demonstration by the wave's robot, while steps are left
-            helped = wave % robots if operator.steps_left and active[wave % robots] else None
+            demonstrator = episode[0] % robots
+            helped = demonstrator if operator.steps_left and active[demonstrator] else None
             started = step == 0 and helped is not None
         elif mode in GATES:
             previous = operator.helping
@@ -168,9 +203,10 @@ def run_wave(job: GroupJob, wave: int, envs: list, driver: FleetDriver, supervis
                 active[robot] = False
                 if robot == operator.helping:
                     operator.release()
+                settle(robot, EpisodeRecord(episode[robot], seeds[robot], bool(success[robot]),
+                                            to_features(_stack(frames[robot]), features)))
+                begin(robot)
         step += 1
-    return [EpisodeRecord(wave, seed, bool(ok), to_features(_stack(robot_frames), features))
-            for seed, ok, robot_frames in zip(seeds, success, frames)]
 
 
 def _stack(frames: list[dict]) -> dict[str, np.ndarray]:

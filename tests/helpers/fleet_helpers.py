@@ -1,0 +1,31 @@
+"""Fleet-learning tests' shared parts: a deployed store's columns and train/fleet_learn.py on a tiny fleet."""
+
+import subprocess
+
+import zarr
+
+from collect_helpers import REPO
+from core.errors import CRASH_AT
+from train_helpers import train_command, train_env
+
+
+def columns(store_path, robot):
+    """A robot's who-acted, label, action and success columns [frames, ...], its episode ends and its attrs."""
+    group = zarr.open_group(store_path / f"robot_{robot:04d}.zarr", mode="r")
+    return {name: group[f"data/{name}"][:].reshape(group["data/action"].shape[0], -1) for name in
+            ("acted_by", "labelled", "action", "next.success")}, group["meta/episode_ends"][:], group.attrs
+
+
+def fleet_learn_command(run, data, *options, ranks=1) -> list[str]:
+    """train/fleet_learn.py on a tiny fleet: one round of 4 robots x 2 episodes, 2 operators, 80 expert steps."""
+    return train_command("--data", data, "--out", run, "--max-steps", "20", "--rounds", "1", "--round-steps", "5",
+                         "--fleet-robots", "4", "--deploy-episodes", "2", "--operators", "2", "--help-steps", "80",
+                         "--gate", "stall", "--stall-steps", "10", "--workers", "2", *options, ranks=ranks,
+                         script="fleet_learn.py")
+
+
+def fleet_learn(run, data, *options, ranks=1, crash_at=None):
+    """``fleet_learn_command`` run to its end (SIGKILLed at ``crash_at``, a crash point, if given)."""
+    env = {**train_env(), **({CRASH_AT: crash_at} if crash_at else {})}
+    return subprocess.run(fleet_learn_command(run, data, *options, ranks=ranks), capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=600, start_new_session=True)

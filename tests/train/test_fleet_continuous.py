@@ -1,0 +1,96 @@
+"""Continuous deployment (train/fleet/deploy.py with ``Help.continuous``, train/fleet/driver.py): a robot starts its
+next episode as soon as one ends, its policy history restarts alone, and the budget holds over the whole round."""
+
+import json
+from shutil import copytree
+
+import numpy as np
+import pytest
+
+from collect.config import CollectConfig
+from collect_helpers import assert_same_stores
+from dataset import FleetStore
+from fleet_helpers import columns, fleet_learn
+from sim.fleet import episode_seed
+from train.checkpoint import load_policy, open_checkpoint
+from train.fleet.deploy import LEDGERS, Help, deploy_round
+from train.fleet.driver import FleetDriver
+from train.fleet.gates import GateOptions
+
+pytestmark = pytest.mark.slow
+
+
+def observation_stream(policy, robots: int, steps: int) -> list[dict]:
+    rng = np.random.default_rng(0)
+    return [{name: rng.normal(size=(robots, *shape)).astype(np.float32) for name, shape in policy.spec.features.items()}
+            for _ in range(steps)]
+
+
+def test_a_restarted_robot_is_driven_as_a_fresh_policy_would_and_the_others_carry_on(trained_run):
+    policy, _ = load_policy(str(open_checkpoint(trained_run).path))
+    stream = observation_stream(policy, robots=3, steps=24)
+    driver, driven = FleetDriver(policy), []
+    for step, observations in enumerate(stream):
+        if step == 7:  # robot 1 starts a new episode mid-chunk
+            driver.restart(1)
+        driven.append(driver(observations)[0])
+    policy.reset()  # the whole batch as evaluate runs it: robots 0 and 2 never restarted
+    together = [policy.select_action(observations) for observations in stream]
+    for robot in (0, 2):
+        np.testing.assert_array_equal([a[robot] for a in driven], [a[robot] for a in together])
+    policy.reset()  # robot 1 alone from its new episode's first frame
+    alone = [policy.select_action({name: value[1] for name, value in observations.items()})
+             for observations in stream[7:]]
+    np.testing.assert_allclose([a[1] for a in driven[7:]], alone, rtol=1e-5, atol=1e-6)
+    measuring = FleetDriver(policy, measure=True)
+    measuring(stream[0])
+    measuring.restart(2)
+    _, disagreement = measuring(stream[1])
+    assert disagreement[2] == 0 and disagreement[:2].all()  # a fresh episode has no plan to disagree with
+
+
+def deploy(trained_run, out, continuous, mode="random", robots=4, episodes=3, help_steps=60, **gate):
+    config = CollectConfig(robots=robots, episodes=episodes, task="pick_place", out=str(out), seed=0,
+                           keep_failures=True, workers=2, quiet=True)
+    help = Help(mode, GateOptions(**{"random_rate": 1.0, "stall_steps": 10, **gate}), segment_steps=7, operators=2,
+                continuous=continuous)
+    deploy_round(config, str(open_checkpoint(trained_run).path), 1, help, help_steps, {"source": "test"})
+    return FleetStore.open(out)
+
+
+def test_a_continuous_round_runs_each_robots_episodes_back_to_back_within_the_budget(trained_run, tmp_path):
+    store = deploy(trained_run, tmp_path / "continuous", continuous=True)
+    timelines = {}
+    for robot in range(4):
+        data, ends, _ = columns(store.path, robot)
+        assert [store.episode_info(robot, index)["seed"] for index in range(3)] == \
+            [episode_seed(0, robot, index, "fleet", 1) for index in range(3)]
+        timelines.setdefault(robot % 2, []).append(data["acted_by"][:, 0])  # the robot's steps, episode after episode
+    ledgers = [json.loads(path.read_text()) for path in sorted((store.path / LEDGERS).glob("group_*.json"))]
+    assert all(list(ledger) == ["0"] for ledger in ledgers)  # the whole round is one session
+    acted = sum(int(timeline.sum()) for group in timelines.values() for timeline in group)
+    assert acted == sum(ledger["0"] for ledger in ledgers) == 60  # random asks all the time: the cap binds
+    for group in timelines.values():  # one operator a group: one expert at each lockstep step at most
+        steps = max(len(timeline) for timeline in group)
+        assert max(sum(np.pad(timeline, (0, steps - len(timeline))) for timeline in group)) <= 1
+
+
+def test_with_one_episode_a_robot_continuous_and_waves_are_the_same_round(trained_run, tmp_path):
+    waves = deploy(trained_run, tmp_path / "waves", continuous=False, mode="stall", episodes=1)
+    continuous = deploy(trained_run, tmp_path / "continuous", continuous=True, mode="stall", episodes=1)
+    assert_same_stores(waves.path, continuous.path)
+
+
+def test_a_continuous_round_killed_mid_round_resumes_to_the_same_store(trained_run, pick_place_fleet, tmp_path):
+    whole, killed = (copytree(trained_run, tmp_path / name / "run", symlinks=True) for name in ("a", "b"))
+    assert fleet_learn(whole, pick_place_fleet, "--continuous").returncode == 0
+    assert fleet_learn(killed, pick_place_fleet, "--continuous", crash_at="deploy-commit").returncode != 0
+    resumed = fleet_learn(killed, pick_place_fleet, "--continuous")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert_same_stores(whole / "fleet" / "round_1", killed / "fleet" / "round_1")
+
+
+def test_continuous_bc_is_a_one_line_error(pick_place_fleet, tmp_path):
+    completed = fleet_learn(tmp_path / "run", pick_place_fleet, "--continuous", "--gate", "bc")
+    assert completed.returncode == 2 and len(completed.stderr.splitlines()) == 1
+    assert "--continuous deploys for the gates and dagger" in completed.stderr
