@@ -130,8 +130,10 @@ class FleetLearningConfig:
 
     @property
     def name(self) -> str:
-        """The results' name: ``fleet_learning`` for the recorded (visuomotor) run, else ``fleet_learning_SETTING``."""
-        return "fleet_learning" if self.setting == "visuomotor" else f"fleet_learning_{self.setting}"
+        """The results' name: ``fleet_learning`` for the recorded (visuomotor) run, else ``fleet_learning_SETTING``;
+        ``_TASK`` after it for a task other than pick_place."""
+        name = "fleet_learning" if self.setting == "visuomotor" else f"fleet_learning_{self.setting}"
+        return name if self.task == "pick_place" else f"{name}_{self.task}"
 
 
 def training_options(config: FleetLearningConfig) -> list[str]:

@@ -145,7 +145,7 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
     plot(table, bc, inputs, media)
     ratios = ", ".join(f"{gate} {ratio:.2f}" for gate, ratio in result["rohe_over_random"].items() if gate != "random")
     over_random = f"\n\nROHE over all rounds, over the random gate's: {ratios}." if ratios else ""
-    write_section(Path(config.docs), config.name, f"## The recorded run ({config.setting})",
+    write_section(Path(config.docs), config.name, f"## The recorded run ({config.setting}, {config.task})",
                   markdown(config_dict, table, expert, command) + over_random
                   + f"\n\n![success against expert frames](media/{media.name})")
     best = max(table, key=lambda row: row["over_expert"])

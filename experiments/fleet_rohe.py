@@ -38,7 +38,7 @@ from train.fleet.gates import GATES, GateOptions
 
 
 @dataclass
-class FleetRoheConfig:
+class FleetRoheConfig(GateOptions):
     source: str = field(default="runs/fleet_learning_budget", metadata={
         "help": "an experiments.fleet_learning run: its seed policy deploys, on its seed collection's fleet"})
     caps: tuple[int, ...] = field(default=(0, 300, 600, 1500, 3000), metadata={
@@ -46,11 +46,15 @@ class FleetRoheConfig:
     gates: tuple[str, ...] = field(default=tuple(GATES), metadata={"help": "gates, each at every cap"})
     operators: int = field(default=5, metadata={"help": "robots helped at most at once"})
     segment_steps: int = field(default=15, metadata={"help": "expert steps per hand-over at most"})
-    random_rate: float = field(default=1.0, metadata={"help": "random gate: the share of steps a robot asks"})
+    random_rate: float = field(default=1.0, metadata={
+        "help": "random gate: the share of steps a robot asks (1: operators never idle while the budget lasts)"})
     fleet_robots: int = field(default=50, metadata={"help": "robots deployed"})
     deploy_episodes: int = field(default=2, metadata={"help": "episodes per robot"})
     continuous: bool = field(default=False, metadata={
         "help": "robots start their next episode at once (default: in waves, as the source run deployed)"})
+    seed_round: int = field(default=1, metadata={
+        "help": "the round whose episode seeds deploy (1: the source run's first round; choose thresholds on "
+                "another, then measure on 1)"})
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers"})
     out: str = field(default="runs/fleet_rohe", metadata={"help": "the cells' stores"})
     docs: str = field(default="docs/fleet_learning.md", metadata={"help": "markdown file for the table"})
@@ -58,12 +62,12 @@ class FleetRoheConfig:
     results_dir: str = field(default="experiments/results", metadata={"help": "where fleet_rohe.json goes"})
 
     def __post_init__(self):
+        GateOptions.__post_init__(self)
         if unknown := [gate for gate in self.gates if gate not in GATES]:
             raise ValueError(f"--gates must be among {', '.join(GATES)}, got {unknown[0]!r}")
-        check_options(self, ("operators", "segment_steps", "fleet_robots", "deploy_episodes", "workers"),
-                      lambda value: value >= 1, "must be at least 1")
+        check_options(self, ("operators", "segment_steps", "fleet_robots", "deploy_episodes", "workers",
+                             "seed_round"), lambda value: value >= 1, "must be at least 1")
         check_options(self, ("caps",), lambda caps: all(cap >= 0 for cap in caps), "must not be negative")
-        GateOptions(random_rate=self.random_rate)  # its range check, before anything deploys
 
 
 def deploy_cell(config: FleetRoheConfig, scheduler: str, cap: int, gate: str) -> dict:
@@ -77,9 +81,8 @@ def deploy_cell(config: FleetRoheConfig, scheduler: str, cap: int, gate: str) ->
                                cameras=tuple(data["cameras"]), image_size=data["image_size"], keep_failures=True,
                                workers=config.workers, scheduler=scheduler, quiet=True)
     policy = latest_checkpoint(source / "seed_policy")
-    help = Help(gate, GateOptions(random_rate=config.random_rate), config.segment_steps, config.operators,
-                config.continuous)
-    deploy_round(collection, str(policy), 1, help, cap,
+    help = Help(gate, config.gate_options(), config.segment_steps, config.operators, config.continuous)
+    deploy_round(collection, str(policy), config.seed_round, help, cap,
                  {"source": "fleet_rohe", "policy": repo_relative(policy), "trained_on": repo_relative(source / "seed")})
     account = round_account(FleetStore.open(store))
     print(f"cap {cap:5d} {gate:12s} success {account['success']:6.1%}  expert-labelled {account['labelled']:5d}  "
