@@ -126,7 +126,7 @@ def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None 
     spec, fleet, features, fps = probe_task(config, actor)
     targets = robot_episodes or {profile.robot_id: config.episodes for profile in fleet}
     out = Path(config.out)
-    check_output(out, config, features)
+    check_output(out, config, features, actor.lineage if actor else None)
     attrs = {"task": spec.name, "env_id": spec.env_id, "fps": fps, "code_version": code_version(),
              "data_config": config.data_config(), **({"lineage": actor.lineage} if actor else {})}
     jobs = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,19 +17,23 @@ from sim.fleet import RobotProfile
 from sim.tasks import TaskSpec
 
 
-def _check_compatible(out: Path, config: CollectConfig, features: dict) -> None:
+def _check_compatible(out: Path, config: CollectConfig, features: dict, lineage: dict | None) -> None:
     existing = read_manifest(out)
     expected = {"schema_version": SCHEMA_VERSION, **config.data_config(), "features": features}
     found = {"schema_version": existing.get("schema_version"), **existing.get("data_config", {}),
              "features": existing.get("features")}
+    if lineage is not None:  # who acted, and how: a deployment with other settings is another collection
+        expected.update({f"lineage's {key}": value for key, value in json.loads(json.dumps(lineage)).items()})
+        found.update({f"lineage's {key}": value for key, value in existing.get("lineage", {}).items()})
     for key, value in expected.items():
         if found.get(key) != value:
             shown = "(differs)" if key == "features" else f"{found.get(key)!r}, not {value!r}"
             raise ValueError(f"{out} holds a different collection: its {key} is {shown}; use --overwrite or another --out")
 
 
-def check_output(out: Path, config: CollectConfig, features: dict) -> None:
-    """Refuse an OUT that is (or lies under) a file, holds something else, or holds a different collection.
+def check_output(out: Path, config: CollectConfig, features: dict, lineage: dict | None = None) -> None:
+    """Refuse an OUT that is (or lies under) a file, holds something else, or holds a different collection
+    (other data settings, or another ``lineage``: who acts, and how).
 
     Reads only: nothing is written before every check has passed.
     """
@@ -37,7 +42,7 @@ def check_output(out: Path, config: CollectConfig, features: dict) -> None:
     if has_content and not (out / MANIFEST).exists():
         raise ValueError(f"--out {out} is not empty and is not a RoboFleet collection; refusing to write there")
     if has_content and not config.overwrite:
-        _check_compatible(out, config, features)
+        _check_compatible(out, config, features, lineage)
 
 
 def create_output(out: Path, config: CollectConfig) -> dict[int, int]:

@@ -23,6 +23,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from benchmarks.common import machine_facts, write_results
 from collect.config import CollectConfig
 from core.cluster import dask_client
@@ -46,6 +48,8 @@ class FleetRoheConfig(GateOptions):
     gates: tuple[str, ...] = field(default=tuple(GATES), metadata={"help": "gates, each at every cap"})
     operators: int = field(default=5, metadata={"help": "robots helped at most at once"})
     segment_steps: int = field(default=15, metadata={"help": "expert steps per hand-over at most"})
+    min_segment_steps: int | None = field(default=None, metadata={
+        "help": "a hand-over ends once the gate no longer asks after this many steps (default: --segment-steps)"})
     random_rate: float = field(default=1.0, metadata={
         "help": "random gate: the share of steps a robot asks (1: operators never idle while the budget lasts)"})
     fleet_robots: int = field(default=50, metadata={"help": "robots deployed"})
@@ -81,7 +85,8 @@ def deploy_cell(config: FleetRoheConfig, scheduler: str, cap: int, gate: str) ->
                                cameras=tuple(data["cameras"]), image_size=data["image_size"], keep_failures=True,
                                workers=config.workers, scheduler=scheduler, quiet=True)
     policy = latest_checkpoint(source / "seed_policy")
-    help = Help(gate, config.gate_options(), config.segment_steps, config.operators, config.continuous)
+    help = Help(gate, config.gate_options(), config.segment_steps, config.operators, config.continuous,
+                config.min_segment_steps)
     deploy_round(collection, str(policy), config.seed_round, help, cap,
                  {"source": "fleet_rohe", "policy": repo_relative(policy), "trained_on": repo_relative(source / "seed")})
     account = round_account(FleetStore.open(store))
@@ -89,30 +94,56 @@ def deploy_cell(config: FleetRoheConfig, scheduler: str, cap: int, gate: str) ->
           f"hand-overs {account['handovers']:3d}  ROHE {account['rohe'] or 0:7.2f}", flush=True)
     return {"cap": cap, "gate": gate, **{key: account[key] for key in
                                           ("episodes", "successes", "success", "labelled", "handovers", "autonomy",
-                                           "rohe")}, "sites": account["sites"]}
+                                           "rohe")}, "sites": account["sites"],
+            "robots": {robot: [totals["successes"], totals["labelled"]] for robot, totals in account["robots"].items()}}
 
 
 def over_random(cells: list[dict]) -> None:
-    """Each cell's ROHE over the random gate's at the same cap, in place (``rohe_over_random``)."""
-    random = {cell["cap"]: cell["rohe"] for cell in cells if cell["gate"] == "random"}
+    """Each cell's ROHE over the random gate's at the same cap, and its 95% interval, in place
+    (``rohe_over_random``, ``rohe_over_random_95``)."""
+    random = {cell["cap"]: cell for cell in cells if cell["gate"] == "random"}
     for cell in cells:
-        cell["rohe_over_random"] = cell["rohe"] / random[cell["cap"]] \
-            if cell["rohe"] is not None and random.get(cell["cap"]) else None
+        baseline = random.get(cell["cap"])
+        measured = cell["rohe"] is not None and baseline is not None and bool(baseline["rohe"])
+        cell["rohe_over_random"] = cell["rohe"] / baseline["rohe"] if measured else None
+        cell["rohe_over_random_95"] = ratio_interval(cell, baseline) if measured and cell is not baseline else None
+
+
+def ratio_interval(cell: dict, baseline: dict, draws: int = 4000) -> list[float]:
+    """A 95% interval of ``cell``'s ROHE over ``baseline``'s: a paired bootstrap over robots (both cells deploy
+    the same robots on the same episode seeds, so a robot is resampled with its episodes in both). Robots of one
+    operator share its help, so the interval is somewhat too narrow."""
+    robots = sorted(cell["robots"])
+    counts = [np.array([c["robots"][robot] for robot in robots], dtype=float) for c in (cell, baseline)]
+    samples = np.random.default_rng(0).integers(0, len(robots), size=(draws, len(robots)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gate, random = (c[samples].sum(axis=1) for c in counts)  # [draws, 2]: successes, labelled frames
+        ratios = (gate[:, 0] / gate[:, 1]) / (random[:, 0] / random[:, 1])
+    return [float(bound) for bound in np.nanpercentile(ratios[np.isfinite(ratios)], [2.5, 97.5])]
 
 
 def markdown(config: FleetRoheConfig, alone: dict, cells: list[dict], command: str) -> str:
     gates = list(config.gates)
     lines = [f"Measured on {machine_facts()['cores']} cores, code {machine_facts()['code_version']}: the seed policy "
              f"of `{config.source}` alone deploys at {alone['success']:.0%} on {config.fleet_robots} robots x "
-             f"{config.deploy_episodes} episodes. Each cell is the same round with {config.operators} operators, "
-             f"hand-overs of up to {config.segment_steps} steps and the random gate asking on "
-             f"{config.random_rate:.0%} of the steps: deployment success, expert-labelled frames, ROHE, and "
-             "ROHE over the random gate's at the same cap.", "", "```bash", command, "```",
+             f"{config.deploy_episodes} episodes. Each cell is the same round (episode seeds of round "
+             f"{config.seed_round}, robots deployed {'continuously' if config.continuous else 'in waves'}) with "
+             f"{config.operators} operators, hand-overs of up to {config.segment_steps} steps, the random gate asking "
+             f"on {config.random_rate:.0%} of the steps, and the gates' thresholds `{thresholds(config)}`: deployment "
+             "success, expert-labelled frames, ROHE (successes per 1,000 of them), and ROHE over the random gate's "
+             "at the same cap.", "", "```bash", command, "```",
              "", "| expert steps a round | " + " | ".join(gates) + " |", "|---|" + "---|" * len(gates)]
     for cap in sorted({cell["cap"] for cell in cells}):
         row = {cell["gate"]: cell for cell in cells if cell["cap"] == cap}
         lines.append(f"| {cap} | " + " | ".join(_cell(row.get(gate)) for gate in gates) + " |")
     return "\n".join(lines)
+
+
+def thresholds(config: FleetRoheConfig) -> str:
+    """The gates' thresholds (all but the random gate's rate) as command-line options."""
+    options = config.gate_options()
+    return " ".join(f"--{name.replace('_', '-')} {getattr(options, name)}" for name in
+                    ("stall_steps", "min_progress", "regress", "uncertainty"))
 
 
 def _cell(cell: dict | None) -> str:
@@ -121,7 +152,8 @@ def _cell(cell: dict | None) -> str:
         return "-"
     if not cell["labelled"]:
         return f"{cell['success']:.0%}, no help asked"
-    ratio = f", **{cell['rohe_over_random']:.2f}x**" if cell["gate"] != "random" and cell["rohe_over_random"] \
+    ratio = f", **{cell['rohe_over_random']:.2f}x** [{cell['rohe_over_random_95'][0]:.2f}, " \
+        f"{cell['rohe_over_random_95'][1]:.2f}]" if cell["gate"] != "random" and cell["rohe_over_random"] \
         is not None else ""
     return f"{cell['success']:.0%}, {cell['labelled']}, {cell['rohe']:.0f}{ratio}"
 

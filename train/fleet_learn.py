@@ -73,6 +73,9 @@ class FleetLearnConfig(TrainConfig, GateOptions):
     operators: int = field(default=5, metadata={"help": "robots helped at most at once across the fleet"})
     help_steps: int = field(default=2000, metadata={"help": "expert-acted control steps per round, fleet-wide"})
     segment_steps: int = field(default=30, metadata={"help": "expert steps a hand-over lasts at most"})
+    min_segment_steps: int | None = field(default=None, metadata={
+        "help": "hand a robot back as soon as its gate no longer asks, once this many expert steps are done "
+                "(default: after --segment-steps)"})
     fleet_robots: int = field(default=50, metadata={"help": "robots deployed: 0..N-1 of the seed collection's fleet"})
     deploy_episodes: int = field(default=2, metadata={"help": "episodes per robot each round"})
     continuous: bool = field(default=False, metadata={
@@ -102,7 +105,8 @@ class FleetLearnConfig(TrainConfig, GateOptions):
 
     def help(self) -> Help:
         """How the rounds' deployments are helped."""
-        return Help(self.gate, self.gate_options(), self.segment_steps, self.operators, self.continuous)
+        return Help(self.gate, self.gate_options(), self.segment_steps, self.operators, self.continuous,
+                    self.min_segment_steps)
 
     @property
     def total_steps(self) -> int:

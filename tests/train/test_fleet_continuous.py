@@ -81,6 +81,12 @@ def test_with_one_episode_a_robot_continuous_and_waves_are_the_same_round(traine
     assert_same_stores(waves.path, continuous.path)
 
 
+def test_a_round_deployed_with_other_settings_is_not_carried_on(trained_run, tmp_path):
+    deploy(trained_run, tmp_path / "round", continuous=True, robots=2, episodes=1)
+    with pytest.raises(ValueError, match="holds a different collection: its lineage's continuous is True, not False"):
+        deploy(trained_run, tmp_path / "round", continuous=False, robots=2, episodes=1)
+
+
 def test_a_continuous_round_killed_mid_round_resumes_to_the_same_store(trained_run, pick_place_fleet, tmp_path):
     whole, killed = (copytree(trained_run, tmp_path / name / "run", symlinks=True) for name in ("a", "b"))
     assert fleet_learn(whole, pick_place_fleet, "--continuous").returncode == 0

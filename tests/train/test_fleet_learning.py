@@ -85,6 +85,24 @@ def test_an_operator_helps_one_robot_at_a_time_for_a_segment_and_never_past_its_
     assert operator.choose(np.ones(5), np.ones(5, dtype=bool)) == (None, False)
 
 
+def test_an_operator_hands_back_once_the_gate_clears_but_not_before_the_minimum_steps():
+    asking, calm, active = np.array([0.0, 1.0]), np.zeros(2), np.ones(2, dtype=bool)
+    operator = Operator(steps_left=100, segment_steps=10, min_segment_steps=3)
+    assert operator.choose(asking, active) == (1, True)
+    operator.spend()
+    for _ in range(2):  # the gate is clear, but fewer than 3 expert steps are done
+        assert operator.choose(calm, active) == (1, False)
+        operator.spend()
+    assert operator.choose(calm, active) == (None, False)
+    fixed = Operator(steps_left=100, segment_steps=4)  # by default a hand-over lasts its segment, clear or not
+    assert fixed.choose(asking, active) == (1, True)
+    for _ in range(3):
+        fixed.spend()
+        assert fixed.choose(calm, active) == (1, False)
+    fixed.spend()
+    assert fixed.choose(calm, active) == (None, False)
+
+
 def test_labelled_runs_are_the_stretches_of_true():
     assert labelled_runs(np.array([0, 1, 1, 0, 0, 1, 0, 1, 1], dtype=bool)) == [(1, 3), (5, 6), (7, 9)]
     assert labelled_runs(np.ones(3, dtype=bool)) == [(0, 3)] and labelled_runs(np.zeros(2, dtype=bool)) == []
@@ -245,6 +263,7 @@ def test_two_rounds_under_torchrun_train_on_the_seed_and_the_expert_labels(pick_
     (("--help-steps", "0"), "--help-steps must be at least 1"),
     (("--gate", "loudest"), "--gate must be one of"),
     (("--operators", "-1"), "--operators must be at least 1"),
+    (("--min-segment-steps", "40"), "--min-segment-steps must be in [1, --segment-steps (30)]"),
 ])
 def test_bad_options_are_one_line(options, message, pick_place_fleet, tmp_path):
     completed = fleet_learn(tmp_path / "run", pick_place_fleet, *options)

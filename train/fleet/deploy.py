@@ -31,6 +31,7 @@ import numpy as np
 
 from collect.config import CollectConfig
 from collect.engine import TASK_RETRIES, CollectionSummary, probe_task, run_robot_tasks
+from collect.output import check_output
 from collect.worker import PROGRESS_TOPIC, Actor, RobotReport, to_features
 from core.errors import crash_point
 from core.files import code_version, write_json_atomic
@@ -55,18 +56,21 @@ LEDGERS = ".operators"
 @dataclass(frozen=True)
 class Help:
     """How help is given in a round: the mode (a gate of ``GATES``, ``dagger`` or ``bc``), its thresholds,
-    the expert steps each hand-over lasts at most, the operators' count, and whether the robots deploy
-    continuously or in waves."""
+    the expert steps each hand-over lasts at most, the operators' count, whether the robots deploy
+    continuously or in waves, and the steps after which a hand-over ends once the gate clears."""
 
     mode: str
     gate: GateOptions
     segment_steps: int
     operators: int
     continuous: bool = False  # robots start their next episode at once, not with the rest of their group
+    min_segment_steps: int | None = None  # hand back once the gate clears after this many steps (None: never)
 
     def __post_init__(self):
         if self.continuous and self.mode == "bc":
             raise ValueError("--continuous deploys for the gates and dagger; bc's demonstrations go wave by wave")
+        if self.min_segment_steps is not None and not 1 <= self.min_segment_steps <= self.segment_steps:
+            raise ValueError(f"--min-segment-steps must be in [1, --segment-steps ({self.segment_steps})]")
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,7 @@ def deploy_group(job: GroupJob, report_progress=None) -> list[RobotReport]:
     supervisor = ScriptedSupervisor(spec, profiles)
     Path(job.ledger).parent.mkdir(parents=True, exist_ok=True)
     ledger = {int(session): steps for session, steps in _read_json(Path(job.ledger)).items()}
-    operator = Operator(job.help_steps, job.help.segment_steps)
+    operator = Operator(job.help_steps, job.help.segment_steps, job.help.min_segment_steps)
     steps = [0] * len(profiles)  # simulated by this run
     with contextlib.ExitStack() as stack:
         writers = [stack.enter_context(ShardWriter(Path(path), {**job.attrs, "profile": profile}, features))
@@ -242,6 +246,7 @@ def deploy_round(config: CollectConfig, checkpoint: str, round: int, help: Help,
                          f"(it gives {', '.join(name for name in features if name.startswith('observation.'))})")
     features = {**features, **DEPLOY_FEATURES}
     out = Path(config.out)
+    check_output(out, config, features, lineage)
     attrs = {"task": spec.name, "env_id": spec.env_id, "fps": fps, "code_version": code_version(),
              "data_config": config.data_config(), "lineage": lineage}
     groups = operator_groups([profile.robot_id for profile in fleet], help.operators)

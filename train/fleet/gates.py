@@ -16,10 +16,7 @@ own progress signal (its reward) and the policy's own predictions.
   dimensions, in the action's own units: the controller's [-1, 1]). On states like its
   demonstrations, successive predictions agree (what ACT's temporal ensembling relies on);
   off them, they swing. It needs no ensemble and no mixture head, so it works for every
-  policy kind; the price is one forward pass a step instead of one a chunk. With
-  ``risk_steps`` it asks only where the task has also stopped progressing for that long:
-  novelty and risk together, as ThriftyDAgger gates, so a policy unsure of a move it
-  still makes progress with carries on.
+  policy kind; the price is one forward pass a step instead of one a chunk.
 - ``fleet``: Fleet-DAgger's priority order, by what a human supervisor would want to hear
   about first: a task going backwards, then a stalled one, then an uncertain one.
 """
@@ -43,17 +40,12 @@ class GateOptions:
         "help": "stall gate: a fall of the reward below its episode best that asks at once (a dropped cube)"})
     uncertainty: float = field(default=0.4, metadata={
         "help": "uncertainty gate: the policy's fresh action against its planned one (action units, [-1, 1])"})
-    risk_steps: int = field(default=0, metadata={
-        "help": "uncertainty and fleet gates: an uncertain robot asks only after this many steps without progress "
-                "(novelty and risk together, as ThriftyDAgger; 0: uncertainty alone)"})
     random_rate: float = field(default=0.02, metadata={"help": "random gate: the share of steps a robot asks"})
 
     def __post_init__(self):
         for option in fields(GateOptions):
-            if not getattr(self, option.name) > 0 and option.name != "risk_steps":
+            if not getattr(self, option.name) > 0:
                 raise ValueError(f"--{option.name.replace('_', '-')} must be positive")
-        if self.risk_steps < 0:
-            raise ValueError("--risk-steps must not be negative")
         if self.random_rate > 1:
             raise ValueError("--random-rate is a share of the steps: at most 1")
 
@@ -85,10 +77,9 @@ def stall_gate(signals: Signals, options: GateOptions) -> np.ndarray:
 
 
 def uncertainty_gate(signals: Signals, options: GateOptions) -> np.ndarray:
-    """Asks when the policy's fresh action and its planned one differ by ``uncertainty`` or more, and the task
-    has not progressed for ``risk_steps``."""
+    """Asks when the policy's fresh action and its planned one differ by ``uncertainty`` or more."""
     ratio = signals.disagreement / options.uncertainty
-    return np.where((ratio >= 1) & (signals.since_progress >= options.risk_steps), ratio, 0.0)
+    return np.where(ratio >= 1, ratio, 0.0)
 
 
 def fleet_gate(signals: Signals, options: GateOptions) -> np.ndarray:

@@ -4,7 +4,9 @@ The fleet has ``K`` operators (Fleet-DAgger's human supervisors). Each watches a
 of robots (robot ``r`` belongs to group ``r mod K``, so the sites mix), and the robots of a
 group are stepped in lockstep by one worker. An operator helps at most one of its robots at a
 time, so at most ``K`` robots are ever helped at once across the fleet; it hands a robot back
-after ``segment_steps`` expert steps (or when the episode ends), and it stops helping when its
+after ``segment_steps`` expert steps (or when the episode ends), or, given
+``min_segment_steps``, as soon as the robot's gate no longer asks once that many steps are
+done (ThriftyDAgger hands back when the policy is sure again); it stops helping when its
 share of the round's step cap is spent. Fixed groups keep a round deterministic and its
 workers independent: no robot waits for another worker's decisions. (Fleet-DAgger allocates
 its supervisors over the whole fleet at every step; here a robot can only get its own group's
@@ -40,8 +42,9 @@ def step_shares(cap: int, groups: int) -> list[int]:
 class Operator:
     """One operator's budget over its group: whom it helps now, for how much longer, and what is left."""
 
-    def __init__(self, steps_left: int, segment_steps: int):
+    def __init__(self, steps_left: int, segment_steps: int, min_segment_steps: int | None = None):
         self.steps_left, self.segment_steps = steps_left, segment_steps
+        self.min_segment_steps = segment_steps if min_segment_steps is None else min_segment_steps
         self.helping: int | None = None
         self.segment_left = 0
         self.handovers = 0
@@ -49,8 +52,11 @@ class Operator:
     def choose(self, priorities: np.ndarray, active: np.ndarray) -> tuple[int | None, bool]:
         """The robot helped this step and whether the help starts now: the current one while its segment
         lasts, else the asking active robot of highest priority (the lowest index on a tie), if steps are left."""
-        if self.helping is not None and (self.segment_left == 0 or not active[self.helping] or not self.steps_left):
-            self.helping = None
+        if self.helping is not None:
+            cleared = priorities[self.helping] <= 0 and \
+                self.segment_steps - self.segment_left >= self.min_segment_steps
+            if self.segment_left == 0 or cleared or not active[self.helping] or not self.steps_left:
+                self.helping = None
         if self.helping is not None:
             return self.helping, False
         asking = np.where(active & (priorities > 0), priorities, -np.inf)

@@ -1,0 +1,41 @@
+"""experiments/fleet_rohe.py's ROHE ratios and their paired bootstrap intervals, on crafted cells."""
+
+import numpy as np
+import pytest
+
+from experiments.fleet_rohe import over_random
+
+
+def cell(gate: str, robots: dict[str, list[int]]) -> dict:
+    successes, labelled = (sum(counts[i] for counts in robots.values()) for i in (0, 1))
+    return {"cap": 100, "gate": gate, "rohe": 1000 * successes / labelled if labelled else None, "robots": robots}
+
+
+def test_a_gate_spending_half_the_frames_everywhere_has_twice_the_rohe_with_no_spread():
+    rng = np.random.default_rng(1)
+    random_robots = {str(r): [int(rng.integers(1, 3)), int(rng.integers(10, 40)) * 2] for r in range(20)}
+    cells = [cell("random", random_robots), cell("stall", {r: [s, f // 2] for r, (s, f) in random_robots.items()})]
+    over_random(cells)
+    random, stall = cells
+    assert random["rohe_over_random"] == 1.0 and random["rohe_over_random_95"] is None
+    assert stall["rohe_over_random"] == pytest.approx(2.0) and stall["rohe_over_random_95"] == pytest.approx([2, 2])
+
+
+def test_the_interval_holds_the_ratio_and_widens_when_robots_disagree():
+    rng = np.random.default_rng(2)
+    random_robots = {str(r): [2, 30] for r in range(40)}
+    steady = {str(r): [2, 20] for r in range(40)}
+    erratic = {str(r): [2, int(rng.choice([5, 35]))] for r in range(40)}
+    cells = [cell("random", random_robots), cell("stall", steady), cell("fleet", erratic)]
+    over_random(cells)
+    _, steady_cell, erratic_cell = cells
+    for measured in (steady_cell, erratic_cell):
+        low, high = measured["rohe_over_random_95"]
+        assert low <= measured["rohe_over_random"] <= high
+    assert np.diff(erratic_cell["rohe_over_random_95"]) > np.diff(steady_cell["rohe_over_random_95"])
+
+
+def test_no_ratio_where_the_random_gate_bought_no_success():
+    cells = [cell("random", {"0": [0, 10]}), cell("stall", {"0": [1, 10]})]
+    over_random(cells)
+    assert [c["rohe_over_random"] for c in cells] == [None, None]
