@@ -2,6 +2,8 @@
 retraining, and each gate's ROHE is set beside the random gate's (issue 44's goal: the best gate >= 2x).
 
     .venv/bin/python -m experiments.fleet_rohe     # after experiments.fleet_learning --setting budget
+    .venv/bin/python -m experiments.fleet_rohe --continuous --uncertainty 0.6 --deploy-episodes 6 \
+        --caps 0 900 1800 4500 9000 --out runs/fleet_rohe_continuous6     # docs/fleet_learning.md's table
 
 The policy is the seed policy of an ``experiments.fleet_learning`` run (``--source``, by default
 the ``budget`` setting's: the state MLP from 9 robots x 10 demonstrations), deployed on that run's
@@ -10,7 +12,11 @@ and gate, ``deploy_round`` (train/fleet/deploy.py) runs the round on one dask cl
 all cells, and the accounts come from its store (train/fleet/accounting.py): deployment success,
 expert-labelled frames, hand-overs, ROHE (successes per 1,000 expert-labelled frames). The cap
 ``0`` row is the policy alone. The random gate at ``--random-rate 1`` is Fleet-DAgger's random
-allocation: a free operator takes a robot at random whenever budget is left.
+allocation: a free operator takes a robot at random whenever budget is left. With
+``--continuous`` robots start their next episode at once, so the random gate's help is spread
+over the whole fleet as a deployed one's would be, not over the robots still failing late in
+a wave. ``--seed-round`` deploys another round's episode seeds: choose thresholds there, then
+measure on round 1. Each ratio comes with a 95% interval from a paired bootstrap over robots.
 
 Every cell's store is kept in ``--out``; a rerun deploys only the cells not finished. The table goes
 into ``--docs``, the plot into ``--media``, the results into ``--results-dir/fleet_rohe.json``.
@@ -159,7 +165,8 @@ def _cell(cell: dict | None) -> str:
 
 
 def plot(alone: dict, cells: list[dict], path: Path) -> None:
-    """Left: deployment success against the expert frames each gate spent; right: ROHE over random's, per cap."""
+    """Left: deployment success against the expert frames each gate spent; right: ROHE over random's, per cap,
+    with its 95% interval."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -167,11 +174,15 @@ def plot(alone: dict, cells: list[dict], path: Path) -> None:
 
     figure, (spent, ratio) = plt.subplots(1, 2, figsize=(10, 4))
     spent.axhline(alone["success"], color="grey", linestyle=":", label="the policy alone")
-    for gate in dict.fromkeys(cell["gate"] for cell in cells):
+    gates = list(dict.fromkeys(cell["gate"] for cell in cells))
+    nudge = 0.012 * max(cell["cap"] for cell in cells)  # side by side, so the intervals do not hide each other
+    for index, gate in enumerate(gates):
         mine = sorted((cell for cell in cells if cell["gate"] == gate), key=lambda cell: cell["cap"])
         spent.plot([c["labelled"] for c in mine], [c["success"] for c in mine], marker="o", label=gate)
-        ratio.plot([c["cap"] for c in mine], [c["rohe_over_random"] or float("nan") for c in mine], marker="o",
-                   label=gate)
+        ratios = np.array([c["rohe_over_random"] or np.nan for c in mine])
+        bounds = np.array([c["rohe_over_random_95"] or [np.nan, np.nan] for c in mine]).T
+        ratio.errorbar([c["cap"] + nudge * (index - len(gates) / 2) for c in mine], ratios, yerr=np.abs(bounds - ratios), marker="o", capsize=3,
+                       label=gate)
     spent.set_xlabel("expert-labelled frames in the round")
     spent.set_ylabel("deployment success")
     spent.legend(fontsize=8)
