@@ -125,7 +125,7 @@ def ratio_interval(cell: dict, baseline: dict, draws: int = 4000) -> list[float]
     with np.errstate(divide="ignore", invalid="ignore"):
         gate, random = (c[samples].sum(axis=1) for c in counts)  # [draws, 2]: successes, labelled frames
         ratios = (gate[:, 0] / gate[:, 1]) / (random[:, 0] / random[:, 1])
-    return [float(bound) for bound in np.nanpercentile(ratios[np.isfinite(ratios)], [2.5, 97.5])]
+    return [float(bound) for bound in np.percentile(ratios[np.isfinite(ratios)], [2.5, 97.5])]
 
 
 def markdown(config: FleetRoheConfig, alone: dict, cells: list[dict], command: str) -> str:
@@ -181,8 +181,8 @@ def plot(alone: dict, cells: list[dict], path: Path) -> None:
         spent.plot([c["labelled"] for c in mine], [c["success"] for c in mine], marker="o", label=gate)
         ratios = np.array([c["rohe_over_random"] or np.nan for c in mine])
         bounds = np.array([c["rohe_over_random_95"] or [np.nan, np.nan] for c in mine]).T
-        ratio.errorbar([c["cap"] + nudge * (index - len(gates) / 2) for c in mine], ratios, yerr=np.abs(bounds - ratios), marker="o", capsize=3,
-                       label=gate)
+        ratio.errorbar([c["cap"] + nudge * (index - len(gates) / 2) for c in mine], ratios,
+                       yerr=np.abs(bounds - ratios), marker="o", capsize=3, label=gate)
     spent.set_xlabel("expert-labelled frames in the round")
     spent.set_ylabel("deployment success")
     spent.legend(fontsize=8)

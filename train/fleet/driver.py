@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 
-from dataset.inputs import is_image
 from train.policies.policy import Policy
 
 
@@ -48,7 +46,7 @@ class FleetDriver:
         disagreement = np.zeros(robots)
         rows = np.arange(robots) if self.measure else np.flatnonzero(due)
         if rows.size:
-            fresh = self._predict(rows)
+            fresh = self.policy.predict_windows({name: history[rows] for name, history in self.history.items()})
             if self.plan is None:
                 self.plan = np.zeros((robots, *fresh.shape[1:]), dtype=fresh.dtype)
             if self.measure:
@@ -65,8 +63,7 @@ class FleetDriver:
     def _observe(self, observations: dict[str, np.ndarray]) -> np.ndarray:
         """Add the step's frames to every robot's history; which robots began an episode with them."""
         window = self.policy.spec.n_obs_steps
-        values = {name: np.asarray(observations[name], dtype=np.uint8 if is_image(name) else np.float32)
-                  for name in self.policy.spec.features}
+        values = {name: self.policy.frame(name, observations[name]) for name in self.policy.spec.features}
         robots = len(next(iter(values.values())))
         if self.history is None:
             self.history = {name: np.repeat(value[:, None], window, axis=1) for name, value in values.items()}
@@ -79,10 +76,3 @@ class FleetDriver:
                 self.history[name][self.starting] = value[self.starting][:, None]
         starting, self.starting = self.starting, np.zeros(robots, dtype=bool)
         return starting
-
-    @torch.no_grad()
-    def _predict(self, rows: np.ndarray) -> np.ndarray:
-        """Fresh action chunks [len(rows), steps, A] for those robots' histories."""
-        device = next(self.policy.buffers()).device
-        window = {name: torch.from_numpy(history[rows]).to(device) for name, history in self.history.items()}
-        return self.policy.predict_chunk(window).cpu().numpy()

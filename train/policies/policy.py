@@ -205,24 +205,29 @@ class Policy(nn.Module):
         batched = np.ndim(observation[first]) > len(self.spec.features[first])
         for name in self.spec.features:
             history = self._history.setdefault(name, deque(maxlen=self.spec.n_obs_steps))
-            value = np.asarray(observation[name], dtype=np.uint8 if is_image(name) else np.float32)
+            value = self.frame(name, observation[name])
             value = value if batched else value[None]
             while len(history) < self.spec.n_obs_steps - 1:  # an episode's first frame pads the history
                 history.append(value)
             history.append(value)
         return batched
 
+    @staticmethod
+    def frame(name: str, value) -> np.ndarray:
+        """A frame of input ``name`` in the dtype the model takes: uint8 for images, float32 otherwise."""
+        return np.asarray(value, dtype=np.uint8 if is_image(name) else np.float32)
+
     @torch.no_grad()
-    def predict_from_history(self) -> np.ndarray:
-        """The action chunk [B, steps, A] for the observation history (``observe``)."""
+    def predict_windows(self, windows: dict[str, np.ndarray]) -> np.ndarray:
+        """The action chunks [B, steps, A] for observation windows [B, n_obs_steps, ...]: numpy in, numpy out."""
         device = next(self.buffers()).device
-        window = {name: torch.from_numpy(np.stack(h, axis=1)).to(device) for name, h in self._history.items()}
-        return self.predict_chunk(window).cpu().numpy()
+        return self.predict_chunk({name: torch.from_numpy(window).to(device)
+                                   for name, window in windows.items()}).cpu().numpy()
 
     def select_action(self, observation: dict[str, np.ndarray]) -> np.ndarray:
         batched = self.observe(observation)
         if not self._queued:
-            chunk = self.predict_from_history()  # [B, steps, A]
+            chunk = self.predict_windows({name: np.stack(h, axis=1) for name, h in self._history.items()})
             self._queued.extend(chunk.transpose(1, 0, 2)[: self.spec.n_action_steps])
         action = self._queued.popleft()
         return action if batched else action[0]
