@@ -32,13 +32,20 @@ def check_output_directory(path: str | Path, name: str = "--out", replaceable: b
 
 def fail(message: str, code: int = 2) -> typing.NoReturn:
     """Exit with a one-line error, the way every RoboFleet command reports bad input."""
-    print(f"error: {message}", file=sys.stderr)
+    _say(f"error: {message}")
     raise Failure(message, code)
 
 
 def warn(message: str) -> None:
     """A one-line warning on stderr: something the command worked around, that the user should know."""
-    print(f"warning: {message}", file=sys.stderr)
+    _say(f"warning: {message}")
+
+
+def _say(line: str) -> None:
+    # One write of the whole line: print() writes the text and its newline apart, and unbuffered
+    # stderr turns them into two writes that the other ranks of a torchrun job can land between.
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def one_line(error: BaseException, limit: int = 200) -> str:
