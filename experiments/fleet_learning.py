@@ -104,6 +104,8 @@ class FleetLearningConfig:
         "help": "random gate: the share of steps a robot asks (1: operators never idle while the budget lasts)"})
     fleet_robots: int = field(default=50, metadata={"help": "robots deployed each round"})
     deploy_episodes: int = field(default=2, metadata={"help": "episodes per deployed robot each round"})
+    continuous: bool = field(default=False, metadata={
+        "help": "deploy continuously: a robot starts its next episode as soon as one ends (default: in waves)"})
     eval_robots: int = field(default=50, metadata={"help": "robots evaluated (0..N-1, as the full run)"})
     eval_episodes: int = field(default=10, metadata={"help": "held-out episodes per evaluated robot"})
     held_out_robots: int = field(default=30, metadata={
@@ -122,18 +124,32 @@ class FleetLearningConfig:
         for name, default in SETTINGS[self.setting].items():  # options left unset take the setting's value
             if getattr(self, name) in (None, ()):
                 setattr(self, name, default)
-        self.out = self.out or f"runs/{self.name}"
+        self.out = self.out or f"runs/{self.seed_name}"
         check_options(self, ("seed_robots", "seed_episodes", "ranks", "seed_steps", "round_steps", "fleet_robots",
                              "eval_robots", "eval_episodes", "workers"), lambda value: value >= 1,
                       "must be at least 1")
         self.run_rounds = self.rounds if self.run_rounds is None else min(self.run_rounds, self.rounds)
 
     @property
-    def name(self) -> str:
-        """The results' name: ``fleet_learning`` for the recorded (visuomotor) run, else ``fleet_learning_SETTING``;
+    def seed_name(self) -> str:
+        """The name of what every deployment schedule shares (the seed, its policy, the expert's evaluation; the
+        default ``--out``): ``fleet_learning`` for the recorded (visuomotor) run, else ``fleet_learning_SETTING``;
         ``_TASK`` after it for a task other than pick_place."""
         name = "fleet_learning" if self.setting == "visuomotor" else f"fleet_learning_{self.setting}"
         return name if self.task == "pick_place" else f"{name}_{self.task}"
+
+    @property
+    def deployment(self) -> str:
+        """How each round deploys, as a name's suffix: empty for the default (``--deploy-episodes 2``, in
+        waves), else ``_Nx`` and ``_continuous`` where it is."""
+        if (self.deploy_episodes, self.continuous) == (FleetLearningConfig.deploy_episodes, False):
+            return ""
+        return f"_{self.deploy_episodes}x" + ("_continuous" if self.continuous else "")
+
+    @property
+    def name(self) -> str:
+        """The results' name (results file, docs section, plot): ``seed_name`` and the ``deployment`` suffix."""
+        return self.seed_name + self.deployment
 
 
 def training_options(config: FleetLearningConfig) -> list[str]:
@@ -154,7 +170,7 @@ def fleet_learn_command(config: FleetLearningConfig, gate: str, run: Path, stop_
             "--help-steps", str(config.help_steps), "--segment-steps", str(config.segment_steps),
             "--random-rate", str(config.random_rate),
             "--fleet-robots", str(config.fleet_robots), "--deploy-episodes", str(config.deploy_episodes),
-            "--workers", str(config.workers)]
+            *(["--continuous"] if config.continuous else []), "--workers", str(config.workers)]
 
 
 def seed_store_frames(store: Path) -> int:
@@ -212,20 +228,27 @@ def round_checkpoint(run: Path, round: int) -> Path:
     return driven if driven.exists() else run
 
 
+def arm_directory(config: FleetLearningConfig, gate: str) -> Path:
+    """Where one gate's run, deployed as ``config`` deploys, lives beside the seed: ``OUT/GATE`` and the
+    deployment suffix (``OUT/stall_10x_continuous``)."""
+    return Path(config.out) / f"{gate}{config.deployment}"
+
+
 def run_gate(config: FleetLearningConfig, gate: str, clock: StageClock, seed_policy: Path) -> list[dict]:
     """Every round of one gate's run up to ``run_rounds``, each evaluated; the evaluations' summaries.
     The run starts from a copy of the seed policy's last checkpoint."""
-    out = Path(config.out) / gate
+    out = arm_directory(config, gate)
     run = out / "run"
     if not run.exists():
         out.mkdir(parents=True, exist_ok=True)
         Checkpoint.read(latest_checkpoint(seed_policy), training=True).save(run, keep=1)
     evaluations = []
     for round in range(1, config.run_rounds + 1):
-        clock.run(f"{gate}_round_{round}", f"{gate}: round {round}", fleet_learn_command(config, gate, run, round),
-                  out / f"round_{round}.log", done=round in accounted_rounds(run)
+        clock.run(f"{out.name}_round_{round}", f"{out.name}: round {round}",
+                  fleet_learn_command(config, gate, run, round), out / f"round_{round}.log",
+                  done=round in accounted_rounds(run)
                   and trained_step(run) >= config.seed_steps + round * config.round_steps)
-        evaluations.append({"round": round, **checkpoint_evaluated(config, clock, f"{gate}_round_{round}",
+        evaluations.append({"round": round, **checkpoint_evaluated(config, clock, f"{out.name}_round_{round}",
                                                                    round_checkpoint(run, round),
                                                                    out / f"eval_round_{round}")})
     return evaluations
@@ -256,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict:
     for gate in config.gates:
         evaluations = [seed_evaluation, *run_gate(config, gate, clock, seed_policy)] if config.run_rounds else \
             [seed_evaluation]
-        accounts_file = out / gate / "run" / "fleet" / "accounts.json"
+        accounts_file = arm_directory(config, gate) / "run" / "fleet" / "accounts.json"
         accounts = json.loads(accounts_file.read_text())["rounds"] if accounts_file.exists() else \
             [{"round": 0, "labelled_so_far": seed_store_frames(seed_store)}]
         runs[gate] = {"evaluations": evaluations, "accounts": accounts}

@@ -68,7 +68,9 @@ def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str
              f"{config['policy']} on {config['inputs']}"
              + (f" ({' + '.join(config['cameras'])} at {config['image_size']} px)" if config['cameras'] else "") + ", "
              f"seed {config['seed_robots']} robots x {config['seed_episodes']} demonstrations; each round deploys on "
-             f"{config['fleet_robots']} robots x {config['deploy_episodes']} episodes with {config['operators']} "
+             f"{config['fleet_robots']} robots x {config['deploy_episodes']} episodes"
+             + (" (continuously: a robot starts its next episode as soon as one ends)" if config.get("continuous")
+                else "") + f" with {config['operators']} "
              f"operators, {config['help_steps']} expert steps, hand-overs of up to {config['segment_steps']} steps"
              + (f", the random gate asking on {config['random_rate']:.0%} of the steps" if "random" in config['gates']
                 else "") + ", "
@@ -145,7 +147,9 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
     plot(table, bc, inputs, media)
     ratios = ", ".join(f"{gate} {ratio:.2f}" for gate, ratio in result["rohe_over_random"].items() if gate != "random")
     over_random = f"\n\nROHE over all rounds, over the random gate's: {ratios}." if ratios else ""
-    write_section(Path(config.docs), config.name, f"## The recorded run ({config.setting}, {config.task})",
+    write_section(Path(config.docs), config.name, f"## The recorded run ({config.setting}, {config.task}"
+                  + (f", {config.deploy_episodes} episodes a robot each round"
+                     + (", continuously" if config.continuous else "") if config.deployment else "") + ")",
                   markdown(config_dict, table, expert, command) + over_random
                   + f"\n\n![success against expert frames](media/{media.name})")
     best = max(table, key=lambda row: row["over_expert"])
