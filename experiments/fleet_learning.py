@@ -5,6 +5,8 @@ evaluated as the BC figures it is compared with (issue 44).
     .venv/bin/python -m experiments.fleet_learning --run-rounds 2     # carry on up to round 2 only
     .venv/bin/python -m experiments.fleet_learning --setting state    # the gates side by side, state MLP
     .venv/bin/python -m experiments.fleet_learning --setting budget   # ... where help is scarce
+    .venv/bin/python -m experiments.fleet_learning --deploy-episodes 10 --continuous --help-steps 15000
+                                                      # more deployment a round, from the same seed policy
 
 ``--setting`` picks the defaults (``SETTINGS``): ``visuomotor``, the cnn from the front and
 wrist cameras and the arm's own state, seeded with docs/scaling.md's 27 x 10 visuomotor point;
@@ -28,6 +30,10 @@ As a user would run it, each stage a subprocess with its output in a log under `
 5. ``evaluate`` of the seed policy and of each round's result on robots 0..``--eval-robots``-1
    x ``--eval-episodes`` held-out seeds, as the full runs evaluate (docs/evaluation.md: the
    visuomotor one's 0.954).
+
+A continuous deployment (``--continuous``) is an arm of its own beside the same seed and seed
+policy, named for its episodes a robot: ``OUT/GATE_10x_continuous``, with its own results file,
+docs section and plot (``fleet_learning_10x_continuous``).
 
 Everything resumes: the collection carries on, fleet_learn.py does, a finished evaluation is
 kept. The results (accounts and evaluations per round) go to ``--results-dir/NAME.json``,
@@ -140,11 +146,9 @@ class FleetLearningConfig:
 
     @property
     def deployment(self) -> str:
-        """How each round deploys, as a name's suffix: empty for the default (``--deploy-episodes 2``, in
-        waves), else ``_Nx`` and ``_continuous`` where it is."""
-        if (self.deploy_episodes, self.continuous) == (FleetLearningConfig.deploy_episodes, False):
-            return ""
-        return f"_{self.deploy_episodes}x" + ("_continuous" if self.continuous else "")
+        """How each round deploys, as a name's suffix: empty in waves, ``_Nx_continuous`` for N episodes a
+        robot deployed continuously."""
+        return f"_{self.deploy_episodes}x_continuous" if self.continuous else ""
 
     @property
     def name(self) -> str:

@@ -148,8 +148,8 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
     ratios = ", ".join(f"{gate} {ratio:.2f}" for gate, ratio in result["rohe_over_random"].items() if gate != "random")
     over_random = f"\n\nROHE over all rounds, over the random gate's: {ratios}." if ratios else ""
     write_section(Path(config.docs), config.name, f"## The recorded run ({config.setting}, {config.task}"
-                  + (f", {config.deploy_episodes} episodes a robot each round"
-                     + (", continuously" if config.continuous else "") if config.deployment else "") + ")",
+                  + (f", {config.deploy_episodes} episodes a robot each round, continuously" if config.continuous
+                     else "") + ")",
                   markdown(config_dict, table, expert, command) + over_random
                   + f"\n\n![success against expert frames](media/{media.name})")
     best = max(table, key=lambda row: row["over_expert"])

@@ -48,6 +48,16 @@ def test_a_tiny_run_writes_rows_accounts_and_a_plot_and_a_rerun_redoes_nothing_a
     fleet_learning.main(arguments)
     assert "done in" not in capsys.readouterr().out  # every stage was finished: nothing ran again
 
+    continuous = [*arguments, "--gates", "stall", "--deploy-episodes", "2", "--continuous"]
+    result = fleet_learning.main(continuous)  # another deployment schedule: an arm of its own beside the same seed
+    assert [(row["gate"], row["round"], row["step"]) for row in result["rows"]] == [("stall", 0, 10), ("stall", 1, 15)]
+    assert result["rows"][1]["deployment"]["episodes"] == 6
+    store = tmp_path / "run" / "stall_2x_continuous" / "run" / "fleet" / "round_1"
+    assert json.loads((store / "manifest.json").read_text())["lineage"]["continuous"] is True
+    assert (tmp_path / "fleet_learning_state_2x_continuous.json").exists()
+    assert "(state, pick_place, 2 episodes a robot each round, continuously)" in docs.read_text()
+    assert "train the seed policy: finished earlier" in capsys.readouterr().out
+
     rohe_docs = tmp_path / "rohe.md"
     rohe = ["--source", str(tmp_path / "run"), "--caps", "0", "30", "--gates", "random", "stall", "--fleet-robots",
             "3", "--deploy-episodes", "1", "--operators", "1", "--workers", "1", "--out", str(tmp_path / "rohe"),
