@@ -83,6 +83,25 @@ def test_the_label_of_a_state_does_not_depend_on_how_the_expert_got_there():
     env.close()
 
 
+def test_a_policy_descending_onto_the_cube_unsquared_is_labelled_to_carry_on_down():
+    """Over the cube and below the hover point, ``label_state`` says descend (squaring on the way) even when the
+    gripper is 0.5 rad off square: policies grasp from there, and "go back up" labels taught them never to."""
+    spec = sim.resolve_task("pick_place")
+    profile = ROBOTS[0]
+    env, expert = spec.make_env(profile), spec.make_expert(profile)
+    episode = run_episode(env, expert, seed=5, reset_policy=expert.reset, record=True)
+    env.close()
+    observations = [{key: episode.frames[key][t].copy() for key in episode.frames if key.startswith("observation")}
+                    for t in range(episode.length)]
+    descending = [o for o in observations if expert.label_state(o)[2] < -0.5 and expert.phase == "descend"]
+    observation = descending[len(descending) // 2]  # squared, halfway down to the grasp
+    twist = np.array([np.cos(0.25), 0.0, 0.0, np.sin(0.25)])  # 0.5 rad about the vertical, applied to the gripper
+    w, x, y, z = observation["observation.state"][16:20]
+    a, _, _, d = twist
+    observation["observation.state"][16:20] = [a * w - d * z, a * x - d * y, a * y + d * x, a * z + d * w]
+    assert expert.label_state(observation)[2] < 0
+
+
 def test_a_demonstration_records_the_actions_the_expert_took():
     """collect records ``label(observation)`` in place of the action for an agent that has ``label`` (DAgger's
     student, train/dagger.py); an expert's demonstration is what it did, so collect's call records just that."""

@@ -203,6 +203,9 @@ def test_dagger_labels_every_frame_without_acting_and_bc_buys_whole_demonstratio
     deployment(trained_run, tmp_path / "dagger", mode="dagger", robots=2, episodes=1, operators=1)
     data, _, _ = columns(tmp_path / "dagger", 0)
     assert (data["acted_by"] == POLICY).all() and data["labelled"].all()
+    store = FleetStore.open(tmp_path / "dagger")
+    segments = labelled_segments([store])  # the policy's states with the expert's labels: no chunk of them trains
+    assert len(segments) == store.manifest["totals"]["frames"] and {s.end - s.start for s in segments} == {1}
     deployment(trained_run, tmp_path / "bc", mode="bc", robots=2, episodes=2, operators=1, help_steps=500)
     for robot in range(2):  # wave w's demonstration is by robot w of the group, from its first frame
         data, ends, _ = columns(tmp_path / "bc", robot)

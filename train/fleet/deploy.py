@@ -43,9 +43,9 @@ from sim.tasks import resolve_task
 from train.checkpoint import load_policy, open_checkpoint
 from train.fleet.driver import FleetDriver
 from train.fleet.gates import GATES, MEASURES_DISAGREEMENT, GateOptions, ProgressTracker, Signals
+from train.fleet.labels import EXPERT, POLICY
 from train.fleet.operators import Operator, ScriptedSupervisor, operator_groups, step_shares
 
-POLICY, EXPERT = 0, 1
 DEPLOY_FEATURES = {
     "acted_by": {"dtype": "uint8", "shape": [1], "names": None},
     "labelled": {"dtype": "bool", "shape": [1], "names": None},

@@ -1,12 +1,13 @@
 """What fleet learning trains on: the seed demonstrations plus every expert-labelled stretch of deployment.
 
 A round's store (train/fleet/deploy.py) holds whole deployed episodes. Only the frames whose
-``labelled`` column is set carry the expert's action; each run of them becomes a training
-episode of its own (an ``EpisodeRef`` over that frame range), so an action chunk never
-reaches into frames the policy acted in: past a stretch's end, the chunk is padding and is
-not learned (HG-DAgger: only the expert's segments are labels). In the ``dagger`` mode every
-frame is labelled, so every deployed episode trains whole; in ``bc`` the expert's
-demonstrations do.
+``labelled`` column is set carry the expert's action; each run of them that the expert acted
+in becomes a training episode of its own (an ``EpisodeRef`` over that frame range), so an
+action chunk never reaches into frames the policy acted in: past a stretch's end, the chunk is
+padding and is not learned (HG-DAgger: only the expert's segments are labels). In ``bc`` the
+expert's demonstrations train whole. In the ``dagger`` mode the policy acted in every frame
+and the expert only labelled it, so each frame trains alone: its own label, the rest of its
+chunk padding.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from dataset.fleet_store import FleetStore
 from dataset.windows import WindowSpec
 from train.policies.policy import PolicySpec
 
+POLICY, EXPERT = 0, 1  # who acted at a frame: a round's ``acted_by`` column (train/fleet/deploy.py writes it)
+
 
 def labelled_runs(labelled: np.ndarray) -> list[tuple[int, int]]:
     """``(start, end)`` of every run of True in ``labelled``, end exclusive."""
@@ -30,13 +33,18 @@ def labelled_runs(labelled: np.ndarray) -> list[tuple[int, int]]:
 
 
 def labelled_segments(stores: Sequence[FleetStore]) -> list[EpisodeRef]:
-    """Every labelled stretch of every episode in ``stores`` (deployment rounds), as episodes of its own."""
+    """Every labelled stretch of every episode in ``stores`` (deployment rounds), as episodes of its own: a run
+    of frames the expert acted in, or one frame the policy acted in and the expert labelled (``dagger``).
+    The labels after such a frame name what the expert would do in states the policy led to, so a chunk of
+    them is no plan anyone carried out (a proportional "go up" repeated while the policy stayed put)."""
     segments = []
     for episode in select_episodes(stores, success=None):
         shard = stores[episode.store].shards[episode.robot_id]
-        labelled = read_rows(shard, "data/labelled", episode.start, episode.end)
+        labelled = read_rows(shard, "data/labelled", episode.start, episode.end).ravel()
+        acted = read_rows(shard, "data/acted_by", episode.start, episode.end).ravel() == EXPERT
+        stretches = labelled_runs(labelled & acted) + [(t, t + 1) for t in np.flatnonzero(labelled & ~acted)]
         segments += [dataclasses.replace(episode, start=episode.start + start, end=episode.start + end)
-                     for start, end in labelled_runs(labelled)]
+                     for start, end in sorted(stretches)]
     return segments
 
 
