@@ -32,8 +32,9 @@ Goals: policy success over the expert's (fleet) of ``GOALS[setting][task]``, and
 visuomotor setting >= 0.85 of the expert's on every site as well. The table of every
 policy finished so far, and ``--results-dir/NAME.json`` (NAME: ``full_run``, or
 ``full_run_visuomotor``), are written after each one, so figures land as they come. Rows
-recorded there before for other (task, policy) pairs stay, each under the command that
-measured it: ``--policies act`` adds act's rows beside the cnn's. Every stage resumes:
+recorded there before for other (task, policy, training data) stay, each under the command that
+measured it: ``--policies act`` adds act's rows beside the cnn's, and ``--episodes 20`` the cnn's
+row on 20 demonstrations a robot beside its row on 160. Every stage resumes:
 collect and train carry on, and a finished evaluation of the final checkpoint is kept.
 """
 
@@ -301,10 +302,11 @@ def table(results: list[dict], config: FullRunConfig) -> str:
 
 def publish(config: FullRunConfig, results: list[dict]) -> dict:
     """Write NAME.json and the doc's table with every result so far, beside the rows recorded there for the
-    (task, policy) pairs this run does not measure."""
+    (task, policy, training data) this run does not measure."""
     path = Path(config.results_dir) / f"{config.name}.json"
     recorded = json.loads(path.read_text()) if path.exists() else None
-    rows = merged_rows(recorded, results, lambda row: (row["task"], row["policy"], modes_of_row(row),
+    rows = merged_rows(recorded, results, lambda row: (row["task"], row["policy"], row["training_robots"],
+                                                       row["training_episodes"], modes_of_row(row),
                                                        tuple(row.get("mode_actions") or ())), "results")
     command = results[-1]["measured"]["command"]
     result = {"experiment": config.name, "machine": machine_facts(), "config": asdict(config),

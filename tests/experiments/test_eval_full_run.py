@@ -66,7 +66,7 @@ def test_a_new_table_replaces_the_old_one_and_nothing_else(tmp_path):
                                 "<!-- full_run:end -->\n\nAfter.\n")
 
 
-def test_a_rerun_of_one_policy_replaces_its_recorded_row_and_keeps_the_others(tmp_path):
+def test_a_rerun_of_one_policy_on_the_same_data_replaces_its_recorded_row_and_keeps_the_others(tmp_path):
     def row(task: str, policy: str, success: float, command: str) -> dict:
         figure = {"n_episodes": 10, "pc_success": success, "ci95": [0.0, 100.0]}
         return {"task": task, "policy": policy, "training_robots": 2, "training_episodes": 3, "steps": 5,
@@ -82,16 +82,18 @@ def test_a_rerun_of_one_policy_replaces_its_recorded_row_and_keeps_the_others(tm
     full_run.publish(config, [row("push", "cnn", 90.0, first), row("pick_place", "cnn", 94.0, first)])
     mixture = {**row("pick_place", "cnn", 96.0, second), "action_modes": 2}
     over_yaw = {**mixture, "mode_actions": ["ee_dyaw"]}
+    less_data = {**row("pick_place", "cnn", 80.0, second), "training_episodes": 1}
     recorded = full_run.publish(config, [row("pick_place", "act", 50.0, second), row("push", "cnn", 96.0, second),
-                                         mixture, over_yaw])  # mixture heads' rows sit beside the regressing one's
+                                         mixture, over_yaw, less_data])  # beside the regressing one's on 2 x 3
     assert [(r["task"], r["policy"], r["policy_success"]["pc_success"], r["measured"]["command"])
             for r in recorded["results"]] == [("push", "cnn", 96.0, second), ("pick_place", "cnn", 94.0, first),
                                               ("pick_place", "act", 50.0, second), ("pick_place", "cnn", 96.0, second),
-                                              ("pick_place", "cnn", 96.0, second)]
+                                              ("pick_place", "cnn", 96.0, second), ("pick_place", "cnn", 80.0, second)]
     assert json.loads((tmp_path / "full_run_visuomotor.json").read_text())["results"] == recorded["results"]
     text = (tmp_path / "evaluation.md").read_text()
     assert f"code v: pick_place cnn\n{first}\n" in text
-    assert f"code v: push cnn, pick_place act, pick_place cnn, pick_place cnn\n{second}\n" in text
+    assert f"code v: push cnn, pick_place act, pick_place cnn, pick_place cnn, pick_place cnn\n{second}\n" in text
+    assert "| pick_place | cnn | 2 x 1 | 5 | 80.0%" in text
     assert "| pick_place | cnn (2 modes) | 2 x 3 | 5 | 96.0%" in text
     assert "| pick_place | cnn (2 modes over ee_dyaw) | 2 x 3 | 5 | 96.0%" in text
     assert "| pick_place | cnn | 2 x 3 | 5 | 94.0% [0, 100] |" in text and "| push | cnn | 2 x 3 | 5 | 96.0%" in text
