@@ -7,7 +7,9 @@ retraining, and each gate's ROHE is set beside the random gate's (issue 44's goa
 
 The policy is the seed policy of an ``experiments.fleet_learning`` run (``--source``, by default
 the ``budget`` setting's: the state MLP from 9 robots x 10 demonstrations), deployed on that run's
-fleet and round-1 episode seeds, so each cell is that run's first round at another cap. Per cap
+fleet and round-1 episode seeds, so each cell is that run's first round at another cap.
+``--policies`` deploys other checkpoints of the same task on the same fleet and seeds instead, each
+in every cell: how much a gate saves depends on how often the policy fails alone. Per policy, cap
 and gate, ``deploy_round`` (train/fleet/deploy.py) runs the round on one dask cluster shared by
 all cells, and the accounts come from its store (train/fleet/accounting.py): deployment success,
 expert-labelled frames, hand-overs, ROHE (successes per 1,000 expert-labelled frames). The cap
@@ -18,7 +20,8 @@ over the whole fleet as a deployed one's would be, not over the robots still fai
 a wave. ``--seed-round`` deploys another round's episode seeds: choose thresholds there, then
 measure on round 1. Each ratio comes with a 95% interval from a paired bootstrap over robots.
 
-Every cell's store is kept in ``--out``; a rerun deploys only the cells not finished. The table goes
+Every cell's store is kept in ``--out``, as ``POLICY/cap_C/GATE`` (POLICY: the checkpoint's directory
+name); a rerun deploys only the cells not finished. The table goes
 into ``--docs``, the plot into ``--media``, the results into ``--results-dir/fleet_rohe.json``.
 """
 
@@ -52,6 +55,9 @@ class FleetRoheConfig(GateOptions):
     caps: tuple[int, ...] = field(default=(0, 300, 600, 1500, 3000), metadata={
         "help": "expert steps per round (0: the policy alone)"})
     gates: tuple[str, ...] = field(default=tuple(GATES), metadata={"help": "gates, each at every cap"})
+    policies: tuple[str, ...] = field(default=(), metadata={
+        "help": "checkpoints (or runs: their latest) of the source's task to deploy, each in every cell (default: "
+                "the source's seed policy)"})
     operators: int = field(default=5, metadata={"help": "robots helped at most at once"})
     segment_steps: int = field(default=15, metadata={"help": "expert steps per hand-over at most"})
     min_segment_steps: int | None = field(default=None, metadata={
@@ -78,38 +84,44 @@ class FleetRoheConfig(GateOptions):
         check_options(self, ("operators", "segment_steps", "fleet_robots", "deploy_episodes", "workers",
                              "seed_round"), lambda value: value >= 1, "must be at least 1")
         check_options(self, ("caps",), lambda caps: all(cap >= 0 for cap in caps), "must not be negative")
+        self.policies = self.policies or (str(Path(self.source) / "seed_policy"),)
+        if missing := [policy for policy in self.policies if not Path(policy).exists()]:
+            raise ValueError(f"--policies: {missing[0]} does not exist")
+        if len({Path(policy).name for policy in self.policies}) < len(self.policies):
+            raise ValueError("--policies must have distinct directory names (they name the cells' stores)")
 
 
-def deploy_cell(config: FleetRoheConfig, scheduler: str, cap: int, gate: str) -> dict:
-    """One round of the source's seed policy at ``cap`` expert steps under ``gate``; its account."""
+def deploy_cell(config: FleetRoheConfig, scheduler: str, policy: str, cap: int, gate: str) -> dict:
+    """One round of ``policy`` at ``cap`` expert steps under ``gate``, on the source's fleet; its account."""
     source = Path(config.source)
     seed = read_manifest(source / "seed")
     data = seed["data_config"]
-    store = Path(config.out) / f"cap_{cap}" / gate
+    name = Path(policy).name
+    store = Path(config.out) / name / f"cap_{cap}" / gate
     collection = CollectConfig(robots=config.fleet_robots, episodes=config.deploy_episodes,
                                task=seed["task"]["reference"], out=str(store), seed=data["seed"],
                                cameras=tuple(data["cameras"]), image_size=data["image_size"], keep_failures=True,
                                workers=config.workers, scheduler=scheduler, quiet=True)
-    policy = latest_checkpoint(source / "seed_policy")
+    checkpoint = latest_checkpoint(policy)
     help = Help(gate, config.gate_options(), config.segment_steps, config.operators, config.continuous,
                 config.min_segment_steps)
-    deploy_round(collection, str(policy), config.seed_round, help, cap,
-                 {"source": "fleet_rohe", "policy": repo_relative(policy), "trained_on": repo_relative(source / "seed")})
+    deploy_round(collection, str(checkpoint), config.seed_round, help, cap,
+                 {"source": "fleet_rohe", "policy": repo_relative(checkpoint), "fleet_of": repo_relative(source / "seed")})
     account = round_account(FleetStore.open(store))
-    print(f"cap {cap:5d} {gate:12s} success {account['success']:6.1%}  expert-labelled {account['labelled']:5d}  "
+    print(f"{name} cap {cap:5d} {gate:12s} success {account['success']:6.1%}  expert-labelled {account['labelled']:5d}  "
           f"hand-overs {account['handovers']:3d}  ROHE {account['rohe'] or 0:7.2f}", flush=True)
-    return {"cap": cap, "gate": gate, **{key: account[key] for key in
+    return {"policy": repo_relative(checkpoint), "policy_name": name, "cap": cap, "gate": gate, **{key: account[key] for key in
                                           ("episodes", "successes", "success", "labelled", "handovers", "autonomy",
                                            "rohe")}, "sites": account["sites"],
             "robots": {robot: [totals["successes"], totals["labelled"]] for robot, totals in account["robots"].items()}}
 
 
 def over_random(cells: list[dict]) -> None:
-    """Each cell's ROHE over the random gate's at the same cap, and its 95% interval, in place
+    """Each cell's ROHE over the random gate's for the same policy at the same cap, and its 95% interval, in place
     (``rohe_over_random``, ``rohe_over_random_95``)."""
-    random = {cell["cap"]: cell for cell in cells if cell["gate"] == "random"}
+    random = {(cell["policy_name"], cell["cap"]): cell for cell in cells if cell["gate"] == "random"}
     for cell in cells:
-        baseline = random.get(cell["cap"])
+        baseline = random.get((cell["policy_name"], cell["cap"]))
         measured = cell["rohe"] is not None and baseline is not None and bool(baseline["rohe"])
         cell["rohe_over_random"] = cell["rohe"] / baseline["rohe"] if measured else None
         cell["rohe_over_random_95"] = ratio_interval(cell, baseline) if measured and cell is not baseline else None
@@ -128,20 +140,33 @@ def ratio_interval(cell: dict, baseline: dict, draws: int = 4000) -> list[float]
     return [float(bound) for bound in np.percentile(ratios[np.isfinite(ratios)], [2.5, 97.5])]
 
 
-def markdown(config: FleetRoheConfig, alone: dict, cells: list[dict], command: str) -> str:
+def markdown(config: FleetRoheConfig, alone: dict[str, dict], cells: list[dict], command: str) -> str:
+    """One table per policy (a row per cap, a column per gate) and, for several policies, one that sets the gates'
+    ROHE at the largest cap beside how well each policy does alone."""
     gates = list(config.gates)
-    lines = [f"Measured on {machine_facts()['cores']} cores, code {machine_facts()['code_version']}: the seed policy "
-             f"of `{config.source}` alone deploys at {alone['success']:.0%} on {config.fleet_robots} robots x "
-             f"{config.deploy_episodes} episodes. Each cell is the same round (episode seeds of round "
-             f"{config.seed_round}, robots deployed {'continuously' if config.continuous else 'in waves'}) with "
-             f"{config.operators} operators, hand-overs of up to {config.segment_steps} steps, the random gate asking "
-             f"on {config.random_rate:.0%} of the steps, and the gates' thresholds `{thresholds(config)}`: deployment "
-             "success, expert-labelled frames, ROHE (successes per 1,000 of them), and ROHE over the random gate's "
-             "at the same cap.", "", "```bash", command, "```",
-             "", "| expert steps a round | " + " | ".join(gates) + " |", "|---|" + "---|" * len(gates)]
-    for cap in sorted({cell["cap"] for cell in cells}):
-        row = {cell["gate"]: cell for cell in cells if cell["cap"] == cap}
-        lines.append(f"| {cap} | " + " | ".join(_cell(row.get(gate)) for gate in gates) + " |")
+    lines = [f"Measured on {machine_facts()['cores']} cores, code {machine_facts()['code_version']}: each policy "
+             f"deploys on the fleet of `{config.source}`, {config.fleet_robots} robots x {config.deploy_episodes} "
+             f"episodes. Each cell is the same round (episode seeds of round {config.seed_round}, robots deployed "
+             f"{'continuously' if config.continuous else 'in waves'}) with {config.operators} operators, hand-overs "
+             f"of up to {config.segment_steps} steps, the random gate asking on {config.random_rate:.0%} of the "
+             f"steps, and the gates' thresholds `{thresholds(config)}`: deployment success, expert-labelled frames, "
+             "ROHE (successes per 1,000 of them), and ROHE over the random gate's at the same cap.",
+             "", "```bash", command, "```"]
+    for name, policy_alone in alone.items():
+        lines += ["", f"`{policy_alone['policy']}` alone: {policy_alone['success']:.0%} of its episodes.", "",
+                  "| expert steps a round | " + " | ".join(gates) + " |", "|---|" + "---|" * len(gates)]
+        mine = [cell for cell in cells if cell["policy_name"] == name]
+        for cap in sorted({cell["cap"] for cell in mine}):
+            row = {cell["gate"]: cell for cell in mine if cell["cap"] == cap}
+            lines.append(f"| {cap} | " + " | ".join(_cell(row.get(gate)) for gate in gates) + " |")
+    if len(alone) > 1:
+        largest = max(config.caps)
+        lines += ["", f"By how well the policy does alone, at {largest} expert steps a round:", "",
+                  "| policy | alone | " + " | ".join(gates) + " |", "|---|---|" + "---|" * len(gates)]
+        for name, policy_alone in alone.items():
+            row = {cell["gate"]: cell for cell in cells if cell["policy_name"] == name and cell["cap"] == largest}
+            lines.append(f"| {name} | {policy_alone['success']:.0%} | " +
+                         " | ".join(_cell(row.get(gate)) for gate in gates) + " |")
     return "\n".join(lines)
 
 
@@ -164,37 +189,46 @@ def _cell(cell: dict | None) -> str:
     return f"{cell['success']:.0%}, {cell['labelled']}, {cell['rohe']:.0f}{ratio}"
 
 
-def plot(alone: dict, cells: list[dict], path: Path) -> None:
-    """Left: deployment success against the expert frames each gate spent; right: ROHE over random's, per cap,
-    with its 95% interval."""
+def plot(alone: dict[str, dict], cells: list[dict], path: Path) -> None:
+    """Left: each gate's ROHE over random's against the cap, a line style per policy; right: at the largest cap,
+    against how well the policy does alone. Both with their 95% intervals."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, (spent, ratio) = plt.subplots(1, 2, figsize=(10, 4))
-    spent.axhline(alone["success"], color="grey", linestyle=":", label="the policy alone")
-    gates = list(dict.fromkeys(cell["gate"] for cell in cells))
-    nudge = 0.012 * max(cell["cap"] for cell in cells)  # side by side, so the intervals do not hide each other
+    figure, (by_cap, by_policy) = plt.subplots(1, 2, figsize=(11, 4))
+    gates = [gate for gate in dict.fromkeys(cell["gate"] for cell in cells) if gate != "random"]
+    colours = {gate: f"C{index + 1}" for index, gate in enumerate(gates)}
+    largest = max(cell["cap"] for cell in cells)
+    nudge = 0.012 * largest  # side by side, so the intervals do not hide each other
     for index, gate in enumerate(gates):
-        mine = sorted((cell for cell in cells if cell["gate"] == gate), key=lambda cell: cell["cap"])
-        spent.plot([c["labelled"] for c in mine], [c["success"] for c in mine], marker="o", label=gate)
-        ratios = np.array([c["rohe_over_random"] or np.nan for c in mine])
-        bounds = np.array([c["rohe_over_random_95"] or [np.nan, np.nan] for c in mine]).T
-        ratio.errorbar([c["cap"] + nudge * (index - len(gates) / 2) for c in mine], ratios,
-                       yerr=np.abs(bounds - ratios), marker="o", capsize=3, label=gate)
-    spent.set_xlabel("expert-labelled frames in the round")
-    spent.set_ylabel("deployment success")
-    spent.legend(fontsize=8)
-    ratio.axhline(2.0, color="grey", linewidth=0.8, linestyle="--")
-    ratio.set_xlabel("expert steps allowed a round (the cap)")
-    ratio.set_ylabel("ROHE / the random gate's")
-    for axes in (spent, ratio):
+        for style, name in zip(("-", "--", ":", "-."), alone):
+            mine = sorted((c for c in cells if c["gate"] == gate and c["policy_name"] == name), key=lambda c: c["cap"])
+            _errorbar(by_cap, [c["cap"] + nudge * (index - len(gates) / 2) for c in mine], mine, colours[gate],
+                      style, f"{gate}, {name}" if len(alone) > 1 else gate)
+        at_largest = [next(c for c in cells if c["gate"] == gate and c["policy_name"] == name and c["cap"] == largest)
+                      for name in alone]
+        _errorbar(by_policy, [alone[name]["success"] for name in alone], at_largest, colours[gate], "-", gate)
+    by_cap.set_xlabel("expert steps allowed a round (the cap)")
+    by_policy.set_xlabel(f"the policy's deployment success alone (cap {largest})")
+    for axes in (by_cap, by_policy):
+        axes.axhline(2.0, color="grey", linewidth=0.8, linestyle="--")
+        axes.set_ylabel("ROHE / the random gate's")
         axes.grid(alpha=0.3)
+        axes.legend(fontsize=7)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def _errorbar(axes, x: list[float], cells: list[dict], colour: str, style: str, label: str) -> None:
+    """``cells``' ROHE over random's at ``x``, with their 95% intervals."""
+    ratios = np.array([c["rohe_over_random"] or np.nan for c in cells])
+    bounds = np.array([c["rohe_over_random_95"] or [np.nan, np.nan] for c in cells]).T
+    axes.errorbar(x, ratios, yerr=np.abs(bounds - ratios), color=colour, linestyle=style, marker="o", capsize=3,
+                  label=label)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -202,14 +236,15 @@ def main(argv: list[str] | None = None) -> dict:
     command = " ".join(["python -m experiments.fleet_rohe", *(argv if argv is not None else sys.argv[1:])])
     with dask_client(None, config.workers, preload=("train.fleet.deploy",)) as client:
         scheduler = client.scheduler.address
-        alone = deploy_cell(config, scheduler, 0, config.gates[0])
-        cells = [deploy_cell(config, scheduler, cap, gate) for cap in config.caps if cap for gate in config.gates]
+        alone = {Path(policy).name: deploy_cell(config, scheduler, policy, 0, config.gates[0])
+                 for policy in config.policies}
+        cells = [deploy_cell(config, scheduler, policy, cap, gate) for policy in config.policies
+                 for cap in config.caps if cap for gate in config.gates]
     over_random(cells)
     media = Path(config.media) / "fleet_rohe.png"
     plot(alone, cells, media)
     result = {"experiment": "fleet_rohe", "machine": machine_facts(), "config": asdict(config), "command": command,
-              "alone": alone,
-              "cells": cells, "plot": str(media)}
+              "alone": alone, "cells": cells, "plot": str(media)}
     write_results("fleet_rohe", result, Path(config.results_dir))
     write_section(Path(config.docs), "fleet_rohe", "## ROHE at several budgets",
                   markdown(config, alone, cells, command) + f"\n\n![ROHE against the budget](media/{media.name})")

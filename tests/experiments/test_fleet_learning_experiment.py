@@ -61,14 +61,19 @@ def test_a_tiny_run_writes_rows_accounts_and_a_plot_and_a_rerun_redoes_nothing_a
     rohe_docs = tmp_path / "rohe.md"
     rohe = ["--source", str(tmp_path / "run"), "--caps", "0", "30", "--gates", "random", "stall", "--fleet-robots",
             "3", "--deploy-episodes", "1", "--operators", "1", "--workers", "1", "--out", str(tmp_path / "rohe"),
+            "--policies", str(tmp_path / "run" / "seed_policy"), str(tmp_path / "run" / "stall" / "run"),
             "--docs", str(rohe_docs), "--media", str(tmp_path / "media"), "--results-dir", str(tmp_path)]
     result = fleet_rohe.main(rohe)
-    assert result["alone"]["labelled"] == 0 and result["alone"]["episodes"] == 3
-    random, stall = result["cells"]
-    assert (random["gate"], stall["gate"]) == ("random", "stall") and random["cap"] == stall["cap"] == 30
-    assert 0 < random["labelled"] <= 30 and random["rohe"] == 1000 * random["successes"] / random["labelled"]
-    assert random["rohe_over_random"] == (1.0 if random["rohe"] else None)  # None: random bought no success
-    assert stall["rohe_over_random"] == (stall["rohe"] / random["rohe"] if stall["labelled"] and random["rohe"]
-                                         else None)
-    assert "| 30 | " in rohe_docs.read_text() and (tmp_path / "media" / "fleet_rohe.png").stat().st_size > 0
+    assert list(result["alone"]) == ["seed_policy", "run"]  # the seed policy, and the stall arm's after its round
+    assert all(alone["labelled"] == 0 and alone["episodes"] == 3 for alone in result["alone"].values())
+    assert [(c["policy_name"], c["gate"], c["cap"]) for c in result["cells"]] == [
+        ("seed_policy", "random", 30), ("seed_policy", "stall", 30), ("run", "random", 30), ("run", "stall", 30)]
+    for random, stall in (result["cells"][:2], result["cells"][2:]):
+        assert 0 < random["labelled"] <= 30 and random["rohe"] == 1000 * random["successes"] / random["labelled"]
+        assert random["rohe_over_random"] == (1.0 if random["rohe"] else None)  # None: random bought no success
+        assert stall["rohe_over_random"] == (stall["rohe"] / random["rohe"] if stall["labelled"] and random["rohe"]
+                                             else None)
+    assert (tmp_path / "rohe" / "run" / "cap_30" / "stall").is_dir()
+    text = rohe_docs.read_text()
+    assert "| 30 | " in text and "| run | " in text and (tmp_path / "media" / "fleet_rohe.png").stat().st_size > 0
     assert fleet_rohe.main(rohe)["cells"] == result["cells"]  # a rerun adds no episode to any cell

@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from experiments.fleet_rohe import over_random
+from experiments.fleet_rohe import FleetRoheConfig, over_random
 
 
-def cell(gate: str, robots: dict[str, list[int]]) -> dict:
+def cell(gate: str, robots: dict[str, list[int]], policy: str = "seed_policy") -> dict:
     successes, labelled = (sum(counts[i] for counts in robots.values()) for i in (0, 1))
-    return {"cap": 100, "gate": gate, "rohe": 1000 * successes / labelled if labelled else None, "robots": robots}
+    return {"policy_name": policy, "cap": 100, "gate": gate, "rohe": 1000 * successes / labelled if labelled else None, "robots": robots}
 
 
 def test_a_gate_spending_half_the_frames_everywhere_has_twice_the_rohe_with_no_spread():
@@ -39,3 +39,20 @@ def test_no_ratio_where_the_random_gate_bought_no_success():
     cells = [cell("random", {"0": [0, 10]}), cell("stall", {"0": [1, 10]})]
     over_random(cells)
     assert [c["rohe_over_random"] for c in cells] == [None, None]
+
+
+def test_each_policy_is_set_beside_its_own_random_cell():
+    weak, strong = {str(r): [1, 30] for r in range(10)}, {str(r): [2, 30] for r in range(10)}
+    cells = [cell("random", weak, "weak"), cell("random", strong, "strong"), cell("stall", strong, "weak"),
+             cell("stall", weak, "strong")]
+    over_random(cells)
+    assert [c["rohe_over_random"] for c in cells] == [1.0, 1.0, pytest.approx(2.0), pytest.approx(0.5)]
+
+
+def test_policies_that_do_not_exist_or_share_a_name_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        FleetRoheConfig(policies=(str(tmp_path / "nowhere"),))
+    for run in ("a", "b"):
+        (tmp_path / run / "seed_policy").mkdir(parents=True)
+    with pytest.raises(ValueError, match="distinct directory names"):
+        FleetRoheConfig(policies=(str(tmp_path / "a" / "seed_policy"), str(tmp_path / "b" / "seed_policy")))
