@@ -196,34 +196,38 @@ def plot(alone: dict[str, dict], cells: list[dict], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     figure, (by_cap, by_policy) = plt.subplots(1, 2, figsize=(11, 4))
     gates = [gate for gate in dict.fromkeys(cell["gate"] for cell in cells) if gate != "random"]
     colours = {gate: f"C{index + 1}" for index, gate in enumerate(gates)}
     largest = max(cell["cap"] for cell in cells)
     nudge = 0.012 * largest  # side by side, so the intervals do not hide each other
+    styles = dict(zip(alone, ("-", "--", ":", "-.") * len(alone)))
     for index, gate in enumerate(gates):
-        for style, name in zip(("-", "--", ":", "-."), alone):
+        for name, style in styles.items():
             mine = sorted((c for c in cells if c["gate"] == gate and c["policy_name"] == name), key=lambda c: c["cap"])
             _errorbar(by_cap, [c["cap"] + nudge * (index - len(gates) / 2) for c in mine], mine, colours[gate],
-                      style, f"{gate}, {name}" if len(alone) > 1 else gate)
+                      style, None)
         at_largest = [next(c for c in cells if c["gate"] == gate and c["policy_name"] == name and c["cap"] == largest)
                       for name in alone]
         _errorbar(by_policy, [alone[name]["success"] for name in alone], at_largest, colours[gate], "-", gate)
     by_cap.set_xlabel("expert steps allowed a round (the cap)")
     by_policy.set_xlabel(f"the policy's deployment success alone (cap {largest})")
+    by_cap.legend([Line2D([], [], color="black", linestyle=style) for style in styles.values()], list(styles),
+                  fontsize=7, title="policy (colours: gates, right)", title_fontsize=7)
+    by_policy.legend(fontsize=7)
     for axes in (by_cap, by_policy):
         axes.axhline(2.0, color="grey", linewidth=0.8, linestyle="--")
         axes.set_ylabel("ROHE / the random gate's")
         axes.grid(alpha=0.3)
-        axes.legend(fontsize=7)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
     plt.close(figure)
 
 
-def _errorbar(axes, x: list[float], cells: list[dict], colour: str, style: str, label: str) -> None:
+def _errorbar(axes, x: list[float], cells: list[dict], colour: str, style: str, label: str | None) -> None:
     """``cells``' ROHE over random's at ``x``, with their 95% intervals."""
     ratios = np.array([c["rohe_over_random"] or np.nan for c in cells])
     bounds = np.array([c["rohe_over_random_95"] or [np.nan, np.nan] for c in cells]).T
