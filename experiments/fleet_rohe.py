@@ -3,7 +3,9 @@ retraining, and each gate's ROHE is set beside the random gate's (issue 44's goa
 
     .venv/bin/python -m experiments.fleet_rohe     # after experiments.fleet_learning --setting budget
     .venv/bin/python -m experiments.fleet_rohe --continuous --uncertainty 0.6 --deploy-episodes 6 \
-        --caps 0 900 1800 4500 9000 --out runs/fleet_rohe_continuous6     # docs/fleet_learning.md's table
+        --caps 0 900 1800 4500 9000 --policies runs/fleet_learning_budget/seed_policy \
+        runs/rohe_strength/policy_18x10 runs/rohe_strength/policy_27x10 runs/rohe_strength/policy_50x10 \
+        --out runs/fleet_rohe_strength     # docs/fleet_learning.md's tables (the policies: its commands)
 
 The policy is the seed policy of an ``experiments.fleet_learning`` run (``--source``, by default
 the ``budget`` setting's: the state MLP from 9 robots x 10 demonstrations), deployed on that run's
