@@ -47,3 +47,14 @@ def camera_fleet(tmp_path_factory):
     """2 robots x 2 reach episodes with a 32x32 front camera. Read-only."""
     return collected(tmp_path_factory, "camera", "--robots", "2", "--episodes", "2", "--task", "reach",
                      "--cameras", "front", "--image-size", "32", "--workers", "2")
+
+
+@pytest.fixture(scope="session")
+def camera_cnn_run(camera_fleet, tmp_path_factory):
+    """A bc.py run of the cnn on proprio+cameras: 40 steps on the camera fleet (batch 16, a loss every 10 steps,
+    nothing held out). Read-only."""
+    run = tmp_path_factory.mktemp("camera_cnn") / "run"
+    completed = train("--data", camera_fleet, "--out", run, "--policy", "cnn", "--max-steps", "40",
+                      "--batch-size", "16", "--log-interval", "10", "--val-fraction", "0")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return run

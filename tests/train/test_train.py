@@ -76,10 +76,8 @@ def test_ctrl_c_keeps_the_last_checkpoint_says_so_in_one_line_and_a_rerun_resume
 
 
 @pytest.mark.slow
-def test_a_checkpoint_is_all_evaluation_needs(pick_place_fleet, tmp_path):
-    run = tmp_path / "run"
-    assert train("--data", pick_place_fleet, "--out", run, "--max-steps", "10").returncode == 0
-    policy, checkpoint = load_policy(run)
+def test_a_checkpoint_is_all_evaluation_needs(trained_run):
+    policy, checkpoint = load_policy(trained_run)
     assert checkpoint.task["name"] == "pick_place" and checkpoint.features["action"]["shape"] == [5]
     assert set(checkpoint.stats) >= {"observation.state", "action"} and checkpoint.code_version
     spec = resolve_task("pick_place")
