@@ -12,7 +12,9 @@ from sim.fleet import make_robot
 from sim.tasks import resolve_task
 from train.checkpoint import latest_checkpoint, load_policy, open_checkpoint
 from collect_helpers import REPO, default_sigint, interrupt
-from train_helpers import metrics, summary, train, train_command, train_env
+from fault_helpers import assert_one_line, exit_code_of
+from train.bc import main as bc_main
+from train_helpers import QUICK, metrics, summary, train, train_command, train_env
 
 
 @pytest.mark.slow
@@ -104,7 +106,6 @@ def test_two_torchrun_ranks_end_with_identical_weights(pick_place_fleet, tmp_pat
     assert json.loads((run / "config.json").read_text())["config"]["ddp"]["comm_hook"] == "shm"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("arguments, message", [
     (["--data", "/nonexistent"], "no fleet store"),
     (["--policy", "transformer"], "unknown policy"),
@@ -117,9 +118,21 @@ def test_two_torchrun_ranks_end_with_identical_weights(pick_place_fleet, tmp_pat
     (["--hidden", "256", "0"], "--hidden widths must be at least 1, got 256 0"),
     (["--hidden"], "--hidden needs at least one width"),  # none would train a linear model
     (["--seed", "-1"], "--seed must not be negative, got -1"),
-    (["--max-steps", "ten"], "bc.py: error: argument --max-steps: invalid int value: 'ten' (see --help)"),
+    (["--max-steps", "ten"], "error: argument --max-steps: invalid int value: 'ten' (see --help)"),
 ])
-def test_bad_input_is_one_line_and_nonzero(pick_place_fleet, tmp_path, arguments, message):
+def test_bad_input_is_one_line_and_nonzero(pick_place_fleet, tmp_path, capsys, arguments, message):
+    """bc.py's main in this process, as federated.py's and distill.py's bad input is tested; two of the cases
+    also as users meet them (``test_bad_input_ends_the_script_with_one_line_and_code_2``)."""
+    assert exit_code_of(bc_main, [*QUICK, "--data", pick_place_fleet, "--out", tmp_path / "run", *arguments]) == 2
+    assert_one_line(capsys.readouterr().err, message)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arguments, message", [
+    (["--max-steps", "ten"], "bc.py: error: argument --max-steps: invalid int value: 'ten' (see --help)"),
+    (["--batch-size", "100000"], "is larger than this rank's"),  # after the store is read
+])
+def test_bad_input_ends_the_script_with_one_line_and_code_2(pick_place_fleet, tmp_path, arguments, message):
     completed = train("--data", pick_place_fleet, "--out", tmp_path / "run", *arguments)
     assert completed.returncode == 2 and message in completed.stderr
     assert completed.stderr.strip().count("\n") == 0
