@@ -6,7 +6,7 @@ import zarr
 
 from collect_helpers import REPO
 from core.errors import CRASH_AT
-from train_helpers import train_command, train_env
+from train_helpers import QUICK, train_command, train_env
 
 
 def columns(store_path, robot):
@@ -16,12 +16,19 @@ def columns(store_path, robot):
             ("acted_by", "labelled", "action", "next.success")}, group["meta/episode_ends"][:], group.attrs
 
 
+# one round of 4 robots x 2 episodes, 2 operators, 80 expert steps
+TINY_ROUND = ("--max-steps", "20", "--rounds", "1", "--round-steps", "5", "--fleet-robots", "4", "--deploy-episodes",
+              "2", "--operators", "2", "--help-steps", "80", "--gate", "stall", "--stall-steps", "10", "--workers", "2")
+
+
 def fleet_learn_command(run, data, *options, ranks=1) -> list[str]:
-    """train/fleet_learn.py on a tiny fleet: one round of 4 robots x 2 episodes, 2 operators, 80 expert steps."""
-    return train_command("--data", data, "--out", run, "--max-steps", "20", "--rounds", "1", "--round-steps", "5",
-                         "--fleet-robots", "4", "--deploy-episodes", "2", "--operators", "2", "--help-steps", "80",
-                         "--gate", "stall", "--stall-steps", "10", "--workers", "2", *options, ranks=ranks,
-                         script="fleet_learn.py")
+    """train/fleet_learn.py on a tiny fleet: ``TINY_ROUND``, then ``options``."""
+    return train_command("--data", data, "--out", run, *TINY_ROUND, *options, ranks=ranks, script="fleet_learn.py")
+
+
+def fleet_learn_arguments(run, data, *options) -> list:
+    """``fleet_learn_command``'s arguments, for train/fleet_learn.py's ``main`` in this process."""
+    return [*QUICK, "--data", data, "--out", run, *TINY_ROUND, *options]
 
 
 def fleet_learn(run, data, *options, ranks=1, crash_at=None):

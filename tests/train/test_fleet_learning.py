@@ -20,8 +20,9 @@ from train.fleet.deploy import EXPERT, LEDGERS, POLICY, Help, deploy_round
 from train.fleet.gates import GATES, GateOptions, ProgressTracker, Signals
 from train.fleet.labels import labelled_runs, labelled_segments
 from train.fleet.operators import Operator, operator_groups, step_shares
-from fleet_helpers import columns, fleet_learn
-from train_helpers import train
+from fault_helpers import assert_one_line, exit_code_of
+from fleet_helpers import columns, fleet_learn, fleet_learn_arguments
+from train.fleet_learn import main as fleet_learn_main
 
 OPTIONS = GateOptions()
 
@@ -261,27 +262,27 @@ def test_two_rounds_under_torchrun_train_on_the_seed_and_the_expert_labels(pick_
     assert "with the expert's labels from 2 deployment round(s)" in completed.stdout
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("options, message", [
     (("--help-steps", "0"), "--help-steps must be at least 1"),
     (("--gate", "loudest"), "--gate must be one of"),
     (("--operators", "-1"), "--operators must be at least 1"),
     (("--min-segment-steps", "40"), "--min-segment-steps must be in [1, --segment-steps (30)]"),
 ])
-def test_bad_options_are_one_line(options, message, pick_place_fleet, tmp_path):
-    completed = fleet_learn(tmp_path / "run", pick_place_fleet, *options)
-    assert completed.returncode == 2 and message in completed.stderr and len(completed.stderr.splitlines()) == 1
+def test_bad_options_are_one_line(options, message, pick_place_fleet, tmp_path, capsys):
+    """fleet_learn.py's main in this process (its bad input as users meet it: the refusals below and
+    tests/train/test_fleet_continuous.py's)."""
+    assert exit_code_of(fleet_learn_main, fleet_learn_arguments(tmp_path / "run", pick_place_fleet, *options)) == 2
+    assert_one_line(capsys.readouterr().err, message)
 
 
 @pytest.mark.slow
-def test_a_run_of_another_task_or_a_policy_the_fleet_cannot_render_is_refused(trained_run, camera_fleet, tmp_path):
+def test_a_run_of_another_task_or_a_policy_the_fleet_cannot_render_is_refused(trained_run, camera_fleet,
+                                                                             camera_cnn_run, tmp_path):
     run = shutil.copytree(trained_run, tmp_path / "run", symlinks=True)
     completed = fleet_learn(run, camera_fleet)
     assert completed.returncode == 2 and len(completed.stderr.splitlines()) == 1, completed.stderr[-2000:]
     assert "was trained on pick_place, the fleet runs reach" in completed.stderr
-    camera_run = tmp_path / "camera_run"
-    assert train("--data", camera_fleet, "--out", camera_run, "--max-steps", "2", "--policy", "cnn").returncode == 0
     config = CollectConfig(robots=2, episodes=1, task="reach", out=str(tmp_path / "blind"), keep_failures=True,
                            workers=1, quiet=True)
     with pytest.raises(ValueError, match="observation.images.front, which the fleet does not render"):
-        deploy_round(config, str(open_checkpoint(camera_run).path), 1, Help("stall", OPTIONS, 10, 1), 10, {})
+        deploy_round(config, str(open_checkpoint(camera_cnn_run).path), 1, Help("stall", OPTIONS, 10, 1), 10, {})
