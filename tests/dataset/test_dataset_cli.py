@@ -10,6 +10,7 @@ import pytest
 from collect_helpers import REPO, subprocess_env
 from dataset import FleetStore
 from dataset.cli import main as dataset_main
+from fault_helpers import exit_code_of
 from sim.fleet import make_robot
 
 pytestmark = pytest.mark.slow
@@ -122,7 +123,7 @@ def test_export_features_lists_the_observations_by_name(camera_fleet, tmp_path, 
         assert not (tmp_path / "bad").exists()
 
 
-def test_bad_input_is_one_line_and_exit_two(pick_place_fleet, tmp_path):
+def test_bad_input_is_one_line_and_exit_two(pick_place_fleet, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     one_robot = next(pick_place_fleet.glob("robot_*.zarr"))
     for arguments, message in ((["info", tmp_path / "nothing"], "no fleet store"),
@@ -134,9 +135,9 @@ def test_bad_input_is_one_line_and_exit_two(pick_place_fleet, tmp_path):
                                (["info", one_robot], f"is a zarr store, not a fleet store: open the directory "
                                                      f"that holds the robot_NNNN.zarr stores and manifest.json "
                                                      f"({pick_place_fleet}?)")):
-        completed = dataset_command(*arguments)
-        assert completed.returncode == 2 and completed.stderr.startswith("error:"), completed.stderr
-        assert message in completed.stderr and completed.stderr.strip().count("\n") == 0
+        assert exit_code_of(dataset_main, arguments) == 2  # in-process: the command line runs below and above
+        error = capsys.readouterr().err
+        assert error.startswith("error:") and message in error and error.strip().count("\n") == 0, error
     assert dataset_command("frobnicate").returncode == 2
 
 
