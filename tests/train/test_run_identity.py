@@ -64,6 +64,7 @@ def test_an_optimisation_option_changed_on_resume_is_refused_and_max_steps_is_ap
     assert open_checkpoint(run_copy).config["optim"]["max_steps"] == 30
 
 
+@pytest.mark.slow
 def test_a_run_saved_before_the_option_groups_resumes(run_copy, pick_place_fleet):
     description = run_copy / "checkpoints" / "step_00000020" / "checkpoint.json"
     saved = json.loads(description.read_text())
