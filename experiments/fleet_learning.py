@@ -7,6 +7,8 @@ evaluated as the BC figures it is compared with (issue 44).
     .venv/bin/python -m experiments.fleet_learning --setting budget   # ... where help is scarce
     .venv/bin/python -m experiments.fleet_learning --deploy-episodes 10 --continuous --help-steps 15000
                                                       # more deployment a round, from the same seed policy
+    .venv/bin/python -m experiments.fleet_learning --retrain fresh --seed-steps 5000
+                                                      # a fresh policy each round, deployed in the next
 
 ``--setting`` picks the defaults (``SETTINGS``): ``visuomotor``, the cnn from the front and
 wrist cameras and the arm's own state, seeded with docs/scaling.md's 27 x 10 visuomotor point;
@@ -26,14 +28,15 @@ As a user would run it, each stage a subprocess with its output in a log under `
 4. per ``--gates`` entry, from a copy of the seed policy, per round r = 1..``--rounds``:
    ``train/fleet_learn.py --stop-after r`` under torchrun (deploy on the ``--fleet-robots``
    robots, help, retrain; the learning rate carries on at the seed schedule's end, 10% of the peak, or
-   restarts each round at ``--round-lr``);
+   restarts each round at ``--round-lr``; with ``--retrain fresh`` a new policy trains for ``--seed-steps``);
 5. ``evaluate`` of the seed policy and of each round's result on robots 0..``--eval-robots``-1
    x ``--eval-episodes`` held-out seeds, as the full runs evaluate (docs/evaluation.md: the
    visuomotor one's 0.954).
 
 A continuous deployment (``--continuous``) is an arm of its own beside the same seed and seed
 policy, named for its episodes a robot: ``OUT/GATE_10x_continuous``, with its own results file,
-docs section and plot (``fleet_learning_10x_continuous``).
+docs section and plot (``fleet_learning_10x_continuous``); so is ``--retrain fresh``
+(``OUT/GATE_fresh``, ``fleet_learning_fresh``).
 
 Everything resumes: the collection carries on, fleet_learn.py does, a finished evaluation is
 kept. The results (accounts and evaluations per round) go to ``--results-dir/NAME.json``,
@@ -58,6 +61,7 @@ from experiments.fleet_learning_report import publish
 from experiments.full_run import StageClock, finished_evaluation, trained_step
 from train.checkpoint import Checkpoint, latest_checkpoint, open_checkpoint
 from train.fleet.accounting import seed_frames
+from train.fleet_learn import RETRAIN, round_policy
 
 
 SETTINGS = {  # the defaults of each --setting
@@ -98,6 +102,9 @@ class FleetLearningConfig:
     rounds: int = field(default=6, metadata={"help": "deployment rounds (the schedule spans them all)"})
     run_rounds: int | None = field(default=None, metadata={"help": "stop after this round now (default: all)"})
     round_steps: int | None = field(default=None, metadata={"help": "training steps after each round"})
+    retrain: str = field(default="carry", metadata={
+        "help": "after each round: carry the policy on (--round-steps) or train a fresh one (--seed-steps); "
+                "fleet_learn.py --retrain"})
     round_lr: float = field(default=0.0, metadata={
         "help": "each round restarts the learning rate at this share of the peak (fleet_learn.py --round-lr; 0: it "
                 "carries on at the seed schedule's end, 10% of the peak)"})
@@ -126,7 +133,7 @@ class FleetLearningConfig:
     results_dir: str = field(default="experiments/results", metadata={"help": "where NAME.json goes"})
 
     def __post_init__(self):
-        check_choices(self, {"setting": tuple(SETTINGS)})
+        check_choices(self, {"setting": tuple(SETTINGS), "retrain": RETRAIN})
         for name, default in SETTINGS[self.setting].items():  # options left unset take the setting's value
             if getattr(self, name) in (None, ()):
                 setattr(self, name, default)
@@ -146,9 +153,15 @@ class FleetLearningConfig:
 
     @property
     def deployment(self) -> str:
-        """How each round deploys, as a name's suffix: empty in waves, ``_Nx_continuous`` for N episodes a
-        robot deployed continuously."""
-        return f"_{self.deploy_episodes}x_continuous" if self.continuous else ""
+        """How each round deploys and retrains, as a name's suffix: empty in waves, ``_Nx_continuous`` for N
+        episodes a robot deployed continuously; then ``_fresh`` where each round trains a fresh policy."""
+        return (f"_{self.deploy_episodes}x_continuous" if self.continuous else "") + \
+            ("_fresh" if self.retrain == "fresh" else "")
+
+    def round_trained(self, run: Path, round: int) -> bool:
+        """Whether ``run`` has finished round ``round``'s training."""
+        steps = self.seed_steps if self.retrain == "fresh" else self.seed_steps + round * self.round_steps
+        return trained_step(round_policy(run, round)) >= steps
 
     @property
     def name(self) -> str:
@@ -170,7 +183,8 @@ def torchrun(config: FleetLearningConfig, script: str) -> list[str]:
 def fleet_learn_command(config: FleetLearningConfig, gate: str, run: Path, stop_after: int) -> list[str]:
     return [*torchrun(config, "train/fleet_learn.py"), *training_options(config), "--out", repo_relative(run),
             "--max-steps", str(config.seed_steps), "--rounds", str(config.rounds), "--stop-after", str(stop_after),
-            "--round-steps", str(config.round_steps), "--round-lr", str(config.round_lr), "--gate", gate, "--operators", str(config.operators),
+            "--round-steps", str(config.round_steps), "--round-lr", str(config.round_lr), "--retrain", config.retrain,
+            "--gate", gate, "--operators", str(config.operators),
             "--help-steps", str(config.help_steps), "--segment-steps", str(config.segment_steps),
             "--random-rate", str(config.random_rate),
             "--fleet-robots", str(config.fleet_robots), "--deploy-episodes", str(config.deploy_episodes),
@@ -227,9 +241,9 @@ def checkpoint_evaluated(config: FleetLearningConfig, clock: StageClock, name: s
 
 def round_checkpoint(run: Path, round: int) -> Path:
     """The checkpoint ``run`` reached at the end of round ``round``: the copy that drove the next round, or,
-    for the last round so far, the run's latest."""
+    for the last round so far, the latest of the run (or of the round's fresh policy)."""
     driven = run / "fleet" / f"round_{round + 1}_policy"
-    return driven if driven.exists() else run
+    return driven if driven.exists() else round_policy(run, round)
 
 
 def arm_directory(config: FleetLearningConfig, gate: str) -> Path:
@@ -250,8 +264,7 @@ def run_gate(config: FleetLearningConfig, gate: str, clock: StageClock, seed_pol
     for round in range(1, config.run_rounds + 1):
         clock.run(f"{out.name}_round_{round}", f"{out.name}: round {round}",
                   fleet_learn_command(config, gate, run, round), out / f"round_{round}.log",
-                  done=round in accounted_rounds(run)
-                  and trained_step(run) >= config.seed_steps + round * config.round_steps)
+                  done=round in accounted_rounds(run) and config.round_trained(run, round))
         evaluations.append({"round": round, **checkpoint_evaluated(config, clock, f"{out.name}_round_{round}",
                                                                    round_checkpoint(run, round),
                                                                    out / f"eval_round_{round}")})

@@ -74,7 +74,9 @@ def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str
              f"operators, {config['help_steps']} expert steps, hand-overs of up to {config['segment_steps']} steps"
              + (f", the random gate asking on {config['random_rate']:.0%} of the steps" if "random" in config['gates']
                 else "") + ", "
-             f"then trains {config['round_steps']} steps. Evaluated on robots 0..{config['eval_robots'] - 1} x "
+             + (f"then trains a fresh policy for {config['seed_steps']} steps" if config.get("retrain") == "fresh"
+                else f"then trains {config['round_steps']} steps")
+             + f". Evaluated on robots 0..{config['eval_robots'] - 1} x "
              f"{config['eval_episodes']} held-out episodes (the expert: {expert['fleet']['pc_success']:.1f}%)"
              + (f", and on held-out robots {config['fleet_robots']}..{config['fleet_robots'] + config['held_out_robots'] - 1}"
                 f" x {config['held_out_episodes']} that no seed or round has seen (the expert: "
@@ -149,7 +151,7 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
     over_random = f"\n\nROHE over all rounds, over the random gate's: {ratios}." if ratios else ""
     write_section(Path(config.docs), config.name, f"## The recorded run ({config.setting}, {config.task}"
                   + (f", {config.deploy_episodes} episodes a robot each round, continuously" if config.continuous
-                     else "") + ")",
+                     else "") + (", a fresh policy each round" if config.retrain == "fresh" else "") + ")",
                   markdown(config_dict, table, expert, command) + over_random
                   + f"\n\n![success against expert frames](media/{media.name})")
     best = max(table, key=lambda row: row["over_expert"])

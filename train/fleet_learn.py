@@ -16,7 +16,9 @@ does (OUT may already hold a bc.py run on them: it carries on). Then each round 
    the round's store OUT/fleet/round_r, with who acted at each frame;
 2. **retrains** --round-steps more, under DDP as bc.py, on the seed demonstrations plus every
    frame the expert labelled so far (train/fleet/labels.py), continuing the learning-rate
-   schedule over all the steps;
+   schedule over all the steps. With --retrain fresh, a new policy trains instead, from
+   initialisation for --max-steps on the same data, in OUT/fleet/round_r_trained: the next
+   round deploys it;
 3. **accounts** for it: OUT/fleet/accounts.json and a table (train/fleet/accounting.py):
    expert-labelled frames with the seed's, deployment success, autonomy, hand-overs, ROHE.
 
@@ -24,7 +26,7 @@ does (OUT may already hold a bc.py run on them: it carries on). Then each round 
 label-hungry upper bound); ``--gate bc`` spends the same steps on whole demonstrations.
 Rank 0 deploys while the other ranks wait. Rerunning the command carries on where it
 stopped; a finished round is not redone. ``evaluate --checkpoint OUT`` measures the policy
-on held-out seeds (experiments/fleet_learning.py does so after every round). docs/fleet_learning.md
+(``--checkpoint OUT/fleet/round_r_trained`` round r's fresh one) on held-out seeds (experiments/fleet_learning.py does so after every round). docs/fleet_learning.md
 is the guide.
 """
 
@@ -61,6 +63,7 @@ from train.fleet.gates import MODES, GateOptions
 from train.fleet.labels import DeploymentLabels
 
 ROUND_TIMEOUT = timedelta(hours=2)  # how long the other ranks wait for rank 0's deployment
+RETRAIN = ("carry", "fresh")
 
 
 @dataclass
@@ -82,6 +85,9 @@ class FleetLearnConfig(TrainConfig, GateOptions):
         "help": "a robot starts its next episode as soon as one ends (default: in waves, each robot's next episode "
                 "starts when the last of its operator's robots has ended)"})
     round_steps: int = field(default=1000, metadata={"help": "training steps after each round"})
+    retrain: str = field(default="carry", metadata={
+        "help": "after each round: carry (the policy trains --round-steps more) or fresh (a new policy trains from "
+                "initialisation for --max-steps on the seed and every label so far, in OUT/fleet/round_R_trained)"})
     round_lr: float = field(default=0.0, metadata={
         "help": "each round's training restarts the learning rate at this share of --lr and decays it to 10% by "
                 "the round's end (0: the rate carries on along one schedule over all the rounds)"})
@@ -94,7 +100,7 @@ class FleetLearnConfig(TrainConfig, GateOptions):
     def __post_init__(self):
         super().__post_init__()
         GateOptions.__post_init__(self)
-        check_choices(self, {"gate": MODES})
+        check_choices(self, {"gate": MODES, "retrain": RETRAIN})
         check_options(self, ("rounds", "stop_after"), lambda value: value is None or value >= 0,
                       "must not be negative")
         check_options(self, ("round_lr",), lambda value: 0.0 <= value <= 1.0, "must be in [0, 1]")
@@ -110,11 +116,24 @@ class FleetLearnConfig(TrainConfig, GateOptions):
 
     @property
     def total_steps(self) -> int:
-        return self.optim.max_steps + self.rounds * self.round_steps
+        """The steps the carried-on policy's learning-rate schedule spans (a fresh one's: --max-steps)."""
+        return self.optim.max_steps + (self.rounds * self.round_steps if self.retrain == "carry" else 0)
 
 
 def round_directory(run: Path, round: int) -> Path:
     return Path(run) / "fleet" / f"round_{round}"
+
+
+def fresh_directory(run: Path, round: int) -> Path:
+    """Where --retrain fresh trains round ``round``'s policy."""
+    return Path(run) / "fleet" / f"round_{round}_trained"
+
+
+def round_policy(run: Path, round: int) -> Path:
+    """The run whose latest checkpoint is the policy after round ``round``'s training (round 0: the seed's):
+    the round's fresh policy where --retrain fresh trained one, else the run itself."""
+    fresh = fresh_directory(run, round)
+    return fresh if round and fresh.exists() else Path(run)
 
 
 def deployed(path: Path, config: FleetLearnConfig) -> bool:
@@ -134,7 +153,7 @@ def deploy(config: FleetLearnConfig, store: FleetStore, round: int) -> None:
     policy = out.parent / f"round_{round}_policy"
     if not policy.exists():  # the policy that drives this round, whatever trains later
         out.parent.mkdir(parents=True, exist_ok=True)
-        open_checkpoint(latest_checkpoint(run)).write(policy)
+        open_checkpoint(latest_checkpoint(round_policy(run, round - 1))).write(policy)
     data = store.manifest["data_config"]
     collection = CollectConfig(robots=config.fleet_robots, episodes=config.deploy_episodes,
                                task=store.manifest["task"]["reference"], out=str(out), seed=data["seed"],
@@ -170,6 +189,23 @@ def trained_to(run: Path) -> int:
     return open_checkpoint(latest, quiet=True).step if latest else 0
 
 
+def train_round(config: FleetLearnConfig, rounds: list[FleetStore]) -> None:
+    """Round ``len(rounds)``'s training (round 0: the seed's), on the seed and the labels of ``rounds``,
+    unless it is done: the run carries on to the round's step, or a fresh policy trains for --max-steps."""
+    round, labels = len(rounds), DeploymentLabels(rounds) if rounds else None
+    if config.retrain == "fresh" and round:
+        fresh = dataclasses.replace(config, out=str(fresh_directory(Path(config.out), round)))
+        if trained_to(Path(fresh.out)) < config.optim.max_steps:
+            run_training(fresh, labels)
+            crash_point("fleet-trained")
+        return
+    until = config.optim.max_steps + round * config.round_steps
+    if trained_to(Path(config.out)) < until:  # a finished round is not loaded again
+        schedule = dataclasses.replace(config, optim=dataclasses.replace(config.optim, max_steps=config.total_steps))
+        run_training(schedule, labels, until=until, rewarm=config.round_lr if round else 0.0)
+        crash_point("fleet-trained")
+
+
 def run_fleet_learning(config: FleetLearnConfig) -> None:
     """Train on the seed, then deploy, retrain and account for each round: the whole of fleet_learn.py."""
     master = int(os.environ.get("RANK", "0")) == 0
@@ -177,7 +213,6 @@ def run_fleet_learning(config: FleetLearnConfig) -> None:
     ddp = "RANK" in os.environ
     if ddp:  # one process group for every phase; the others wait in it while rank 0 deploys
         join_process_group(ROUND_TIMEOUT)
-    schedule = dataclasses.replace(config, optim=dataclasses.replace(config.optim, max_steps=config.total_steps))
     last = config.rounds if config.stop_after is None else min(config.stop_after, config.rounds)
     rounds: list[FleetStore] = []
     for round in range(last + 1):
@@ -187,11 +222,7 @@ def run_fleet_learning(config: FleetLearnConfig) -> None:
             if ddp:
                 dist.barrier()
             rounds.append(FleetStore.open(round_directory(Path(config.out), round)))
-        until = config.optim.max_steps + round * config.round_steps
-        if trained_to(Path(config.out)) < until:  # a finished round is not loaded again
-            run_training(schedule, DeploymentLabels(rounds) if rounds else None, until=until,
-                         rewarm=config.round_lr if round else 0.0)
-            crash_point("fleet-trained")
+        train_round(config, rounds)
         if master:
             write_accounts(config, store, rounds)
     if ddp:

@@ -48,15 +48,20 @@ def test_a_tiny_run_writes_rows_accounts_and_a_plot_and_a_rerun_redoes_nothing_a
     fleet_learning.main(arguments)
     assert "done in" not in capsys.readouterr().out  # every stage was finished: nothing ran again
 
-    continuous = [*arguments, "--gates", "stall", "--deploy-episodes", "2", "--continuous",
+    continuous = [*arguments, "--gates", "stall", "--deploy-episodes", "2", "--continuous", "--retrain", "fresh",
                   "--held-out-robots", "0"]  # the held-out evaluations are asserted above: not again here
-    result = fleet_learning.main(continuous)  # another deployment schedule: an arm of its own beside the same seed
-    assert [(row["gate"], row["round"], row["step"]) for row in result["rows"]] == [("stall", 0, 10), ("stall", 1, 15)]
+    result = fleet_learning.main(continuous)  # another schedule: an arm of its own beside the same seed
+    # round 1 evaluates the fresh policy, trained from initialisation for --seed-steps
+    assert [(row["gate"], row["round"], row["step"]) for row in result["rows"]] == [("stall", 0, 10), ("stall", 1, 10)]
     assert result["rows"][1]["deployment"]["episodes"] == 6
-    store = tmp_path / "run" / "stall_2x_continuous" / "run" / "fleet" / "round_1"
-    assert json.loads((store / "manifest.json").read_text())["lineage"]["continuous"] is True
-    assert (tmp_path / "fleet_learning_state_2x_continuous.json").exists()
-    assert "(state, pick_place, 2 episodes a robot each round, continuously)" in docs.read_text()
+    arm = tmp_path / "run" / "stall_2x_continuous_fresh" / "run" / "fleet"
+    assert json.loads((arm / "round_1" / "manifest.json").read_text())["lineage"]["continuous"] is True
+    evaluated = json.loads((tmp_path / "run" / "stall_2x_continuous_fresh" / "eval_round_1" / "eval_info.json")
+                           .read_text())
+    assert evaluated["config"]["checkpoint"].endswith("fleet/round_1_trained")
+    assert (tmp_path / "fleet_learning_state_2x_continuous_fresh.json").exists()
+    assert ("(state, pick_place, 2 episodes a robot each round, continuously, a fresh policy each round)"
+            in docs.read_text())
     assert "train the seed policy: finished earlier" in capsys.readouterr().out
 
     rohe_docs = tmp_path / "rohe.md"

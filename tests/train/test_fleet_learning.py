@@ -8,6 +8,8 @@ import sys
 
 import numpy as np
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from collect.config import CollectConfig
 from collect_helpers import REPO, assert_same_stores
@@ -246,6 +248,32 @@ def test_a_run_killed_after_retraining_accounts_for_the_round_without_training_a
     assert [account["round"] for account in accounts] == [0, 1] and accounts[1]["episodes"] == 8
 
 
+def weights(checkpoint) -> dict:
+    return load_file(checkpoint / "model.safetensors")
+
+
+def same_weights(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
+
+
+@pytest.mark.slow
+def test_retrain_fresh_trains_a_new_policy_each_round_and_the_next_round_deploys_it(run_copy, pick_place_fleet):
+    completed = fleet_learn(run_copy, pick_place_fleet, "--retrain", "fresh", "--rounds", "2")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    fleet = run_copy / "fleet"
+    assert open_checkpoint(run_copy).step == 20  # the seed's policy is not carried on
+    for round in (1, 2):  # each round's policy trained from initialisation for --max-steps
+        assert open_checkpoint(fleet / f"round_{round}_trained").step == 20
+        saved = json.loads((fleet / f"round_{round}_trained" / "config.json").read_text())["config"]
+        assert saved["retrain"] == "fresh"
+    assert "with the expert's labels from 2 deployment round(s)" in completed.stdout
+    driven = weights(fleet / "round_2_policy")
+    assert same_weights(driven, weights(open_checkpoint(fleet / "round_1_trained").path))
+    assert not same_weights(driven, weights(open_checkpoint(run_copy).path))
+    again = fleet_learn(run_copy, pick_place_fleet, "--retrain", "fresh", "--rounds", "2")
+    assert again.returncode == 0 and "training" not in again.stdout and "round 2: deployed already" in again.stdout
+
+
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_two_rounds_under_torchrun_train_on_the_seed_and_the_expert_labels(pick_place_fleet, tmp_path):
@@ -265,6 +293,7 @@ def test_two_rounds_under_torchrun_train_on_the_seed_and_the_expert_labels(pick_
 @pytest.mark.parametrize("options, message", [
     (("--help-steps", "0"), "--help-steps must be at least 1"),
     (("--gate", "loudest"), "--gate must be one of"),
+    (("--retrain", "twice"), "--retrain must be one of"),
     (("--operators", "-1"), "--operators must be at least 1"),
     (("--min-segment-steps", "40"), "--min-segment-steps must be in [1, --segment-steps (30)]"),
 ])
