@@ -7,7 +7,7 @@ evaluated as the BC figures it is compared with (issue 44).
     .venv/bin/python -m experiments.fleet_learning --setting budget   # ... where help is scarce
     .venv/bin/python -m experiments.fleet_learning --deploy-episodes 10 --continuous --help-steps 15000
                                                       # more deployment a round, from the same seed policy
-    .venv/bin/python -m experiments.fleet_learning --retrain fresh --seed-steps 5000
+    .venv/bin/python -m experiments.fleet_learning --retrain fresh --round-steps 5000
                                                       # a fresh policy each round, deployed in the next
 
 ``--setting`` picks the defaults (``SETTINGS``): ``visuomotor``, the cnn from the front and
@@ -28,7 +28,7 @@ As a user would run it, each stage a subprocess with its output in a log under `
 4. per ``--gates`` entry, from a copy of the seed policy, per round r = 1..``--rounds``:
    ``train/fleet_learn.py --stop-after r`` under torchrun (deploy on the ``--fleet-robots``
    robots, help, retrain; the learning rate carries on at the seed schedule's end, 10% of the peak, or
-   restarts each round at ``--round-lr``; with ``--retrain fresh`` a new policy trains for ``--seed-steps``);
+   restarts each round at ``--round-lr``; with ``--retrain fresh`` a new policy trains for ``--round-steps``);
 5. ``evaluate`` of the seed policy and of each round's result on robots 0..``--eval-robots``-1
    x ``--eval-episodes`` held-out seeds, as the full runs evaluate (docs/evaluation.md: the
    visuomotor one's 0.954).
@@ -103,7 +103,7 @@ class FleetLearningConfig:
     run_rounds: int | None = field(default=None, metadata={"help": "stop after this round now (default: all)"})
     round_steps: int | None = field(default=None, metadata={"help": "training steps after each round"})
     retrain: str = field(default="carry", metadata={
-        "help": "after each round: carry the policy on (--round-steps) or train a fresh one (--seed-steps); "
+        "help": "after each round: carry the policy on or train a fresh one, for --round-steps; "
                 "fleet_learn.py --retrain"})
     round_lr: float = field(default=0.0, metadata={
         "help": "each round restarts the learning rate at this share of the peak (fleet_learn.py --round-lr; 0: it "
@@ -160,7 +160,7 @@ class FleetLearningConfig:
 
     def round_trained(self, run: Path, round: int) -> bool:
         """Whether ``run`` has finished round ``round``'s training."""
-        steps = self.seed_steps if self.retrain == "fresh" else self.seed_steps + round * self.round_steps
+        steps = self.round_steps if self.retrain == "fresh" else self.seed_steps + round * self.round_steps
         return trained_step(round_policy(run, round)) >= steps
 
     @property

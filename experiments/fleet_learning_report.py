@@ -74,7 +74,7 @@ def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str
              f"operators, {config['help_steps']} expert steps, hand-overs of up to {config['segment_steps']} steps"
              + (f", the random gate asking on {config['random_rate']:.0%} of the steps" if "random" in config['gates']
                 else "") + ", "
-             + (f"then trains a fresh policy for {config['seed_steps']} steps" if config.get("retrain") == "fresh"
+             + (f"then trains a fresh policy for {config['round_steps']} steps" if config.get("retrain") == "fresh"
                 else f"then trains {config['round_steps']} steps")
              + f". Evaluated on robots 0..{config['eval_robots'] - 1} x "
              f"{config['eval_episodes']} held-out episodes (the expert: {expert['fleet']['pc_success']:.1f}%)"

@@ -17,7 +17,7 @@ does (OUT may already hold a bc.py run on them: it carries on). Then each round 
 2. **retrains** --round-steps more, under DDP as bc.py, on the seed demonstrations plus every
    frame the expert labelled so far (train/fleet/labels.py), continuing the learning-rate
    schedule over all the steps. With --retrain fresh, a new policy trains instead, from
-   initialisation for --max-steps on the same data, in OUT/fleet/round_r_trained: the next
+   initialisation for --round-steps on the same data, in OUT/fleet/round_r_trained: the next
    round deploys it;
 3. **accounts** for it: OUT/fleet/accounts.json and a table (train/fleet/accounting.py):
    expert-labelled frames with the seed's, deployment success, autonomy, hand-overs, ROHE.
@@ -87,7 +87,7 @@ class FleetLearnConfig(TrainConfig, GateOptions):
     round_steps: int = field(default=1000, metadata={"help": "training steps after each round"})
     retrain: str = field(default="carry", metadata={
         "help": "after each round: carry (the policy trains --round-steps more) or fresh (a new policy trains from "
-                "initialisation for --max-steps on the seed and every label so far, in OUT/fleet/round_R_trained)"})
+                "initialisation for --round-steps on the seed and every label so far, in OUT/fleet/round_R_trained)"})
     round_lr: float = field(default=0.0, metadata={
         "help": "each round's training restarts the learning rate at this share of --lr and decays it to 10% by "
                 "the round's end (0: the rate carries on along one schedule over all the rounds)"})
@@ -116,7 +116,8 @@ class FleetLearnConfig(TrainConfig, GateOptions):
 
     @property
     def total_steps(self) -> int:
-        """The steps the carried-on policy's learning-rate schedule spans (a fresh one's: --max-steps)."""
+        """The steps the learning-rate schedule of the run's own policy spans (the seed's alone with --retrain
+        fresh)."""
         return self.optim.max_steps + (self.rounds * self.round_steps if self.retrain == "carry" else 0)
 
 
@@ -191,11 +192,12 @@ def trained_to(run: Path) -> int:
 
 def train_round(config: FleetLearnConfig, rounds: list[FleetStore]) -> None:
     """Round ``len(rounds)``'s training (round 0: the seed's), on the seed and the labels of ``rounds``,
-    unless it is done: the run carries on to the round's step, or a fresh policy trains for --max-steps."""
+    unless it is done: the run carries on to the round's step, or a fresh policy trains for --round-steps."""
     round, labels = len(rounds), DeploymentLabels(rounds) if rounds else None
     if config.retrain == "fresh" and round:
-        fresh = dataclasses.replace(config, out=str(fresh_directory(Path(config.out), round)))
-        if trained_to(Path(fresh.out)) < config.optim.max_steps:
+        fresh = dataclasses.replace(config, out=str(fresh_directory(Path(config.out), round)),
+                                    optim=dataclasses.replace(config.optim, max_steps=config.round_steps))
+        if trained_to(Path(fresh.out)) < config.round_steps:
             run_training(fresh, labels)
             crash_point("fleet-trained")
         return

@@ -51,8 +51,8 @@ def test_a_tiny_run_writes_rows_accounts_and_a_plot_and_a_rerun_redoes_nothing_a
     continuous = [*arguments, "--gates", "stall", "--deploy-episodes", "2", "--continuous", "--retrain", "fresh",
                   "--held-out-robots", "0"]  # the held-out evaluations are asserted above: not again here
     result = fleet_learning.main(continuous)  # another schedule: an arm of its own beside the same seed
-    # round 1 evaluates the fresh policy, trained from initialisation for --seed-steps
-    assert [(row["gate"], row["round"], row["step"]) for row in result["rows"]] == [("stall", 0, 10), ("stall", 1, 10)]
+    # round 1 evaluates the fresh policy, trained from initialisation for --round-steps
+    assert [(row["gate"], row["round"], row["step"]) for row in result["rows"]] == [("stall", 0, 10), ("stall", 1, 5)]
     assert result["rows"][1]["deployment"]["episodes"] == 6
     arm = tmp_path / "run" / "stall_2x_continuous_fresh" / "run" / "fleet"
     assert json.loads((arm / "round_1" / "manifest.json").read_text())["lineage"]["continuous"] is True

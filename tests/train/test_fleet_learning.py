@@ -262,8 +262,8 @@ def test_retrain_fresh_trains_a_new_policy_each_round_and_the_next_round_deploys
     assert completed.returncode == 0, completed.stderr[-3000:]
     fleet = run_copy / "fleet"
     assert open_checkpoint(run_copy).step == 20  # the seed's policy is not carried on
-    for round in (1, 2):  # each round's policy trained from initialisation for --max-steps
-        assert open_checkpoint(fleet / f"round_{round}_trained").step == 20
+    for round in (1, 2):  # each round's policy trained from initialisation for --round-steps
+        assert open_checkpoint(fleet / f"round_{round}_trained").step == 5
         saved = json.loads((fleet / f"round_{round}_trained" / "config.json").read_text())["config"]
         assert saved["retrain"] == "fresh"
     assert "with the expert's labels from 2 deployment round(s)" in completed.stdout
