@@ -26,8 +26,8 @@ does (OUT may already hold a bc.py run on them: it carries on). Then each round 
 label-hungry upper bound); ``--gate bc`` spends the same steps on whole demonstrations.
 Rank 0 deploys while the other ranks wait. Rerunning the command carries on where it
 stopped; a finished round is not redone. ``evaluate --checkpoint OUT`` measures the policy
-(``--checkpoint OUT/fleet/round_r_trained`` round r's fresh one) on held-out seeds (experiments/fleet_learning.py does so after every round). docs/fleet_learning.md
-is the guide.
+(``--checkpoint OUT/fleet/round_r_trained`` round r's fresh one) on held-out seeds
+(experiments/fleet_learning.py does so after every round). docs/fleet_learning.md is the guide.
 """
 
 from __future__ import annotations
