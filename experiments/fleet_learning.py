@@ -36,7 +36,8 @@ As a user would run it, each stage a subprocess with its output in a log under `
 A continuous deployment (``--continuous``) is an arm of its own beside the same seed and seed
 policy, named for its episodes a robot: ``OUT/GATE_10x_continuous``, with its own results file,
 docs section and plot (``fleet_learning_10x_continuous``); so is ``--retrain fresh``
-(``OUT/GATE_fresh``, ``fleet_learning_fresh``).
+(``OUT/GATE_fresh``, ``fleet_learning_fresh``), and ``--own-successes``, where the deployed
+episodes the policy succeeded in alone train too (``OUT/GATE_fresh_own_successes``).
 
 Everything resumes: the collection carries on, fleet_learn.py does, a finished evaluation is
 kept. The results (accounts and evaluations per round) go to ``--results-dir/NAME.json``,
@@ -105,6 +106,8 @@ class FleetLearningConfig:
     retrain: str = field(default="carry", metadata={
         "help": "after each round: carry the policy on or train a fresh one, for --round-steps; "
                 "fleet_learn.py --retrain"})
+    own_successes: bool = field(default=False, metadata={
+        "help": "also train on the deployed episodes the policy succeeded in alone (fleet_learn.py --own-successes)"})
     round_lr: float = field(default=0.0, metadata={
         "help": "each round restarts the learning rate at this share of the peak (fleet_learn.py --round-lr; 0: it "
                 "carries on at the seed schedule's end, 10% of the peak)"})
@@ -154,9 +157,10 @@ class FleetLearningConfig:
     @property
     def deployment(self) -> str:
         """How each round deploys and retrains, as a name's suffix: empty in waves, ``_Nx_continuous`` for N
-        episodes a robot deployed continuously; then ``_fresh`` where each round trains a fresh policy."""
+        episodes a robot deployed continuously; then ``_fresh`` where each round trains a fresh policy, and
+        ``_own_successes`` where the policy's own successes train too."""
         return (f"_{self.deploy_episodes}x_continuous" if self.continuous else "") + \
-            ("_fresh" if self.retrain == "fresh" else "")
+            ("_fresh" if self.retrain == "fresh" else "") + ("_own_successes" if self.own_successes else "")
 
     def round_trained(self, run: Path, round: int) -> bool:
         """Whether ``run`` has finished round ``round``'s training."""
@@ -188,7 +192,8 @@ def fleet_learn_command(config: FleetLearningConfig, gate: str, run: Path, stop_
             "--help-steps", str(config.help_steps), "--segment-steps", str(config.segment_steps),
             "--random-rate", str(config.random_rate),
             "--fleet-robots", str(config.fleet_robots), "--deploy-episodes", str(config.deploy_episodes),
-            *(["--continuous"] if config.continuous else []), "--workers", str(config.workers)]
+            *(["--continuous"] if config.continuous else []),
+            *(["--own-successes"] if config.own_successes else []), "--workers", str(config.workers)]
 
 
 def seed_store_frames(store: Path) -> int:

@@ -76,6 +76,7 @@ def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str
                 else "") + ", "
              + (f"then trains a fresh policy for {config['round_steps']} steps" if config.get("retrain") == "fresh"
                 else f"then trains {config['round_steps']} steps")
+             + (" (on the policy's own successes too)" if config.get("own_successes") else "")
              + f". Evaluated on robots 0..{config['eval_robots'] - 1} x "
              f"{config['eval_episodes']} held-out episodes (the expert: {expert['fleet']['pc_success']:.1f}%)"
              + (f", and on held-out robots {config['fleet_robots']}..{config['fleet_robots'] + config['held_out_robots'] - 1}"
@@ -151,7 +152,8 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
     over_random = f"\n\nROHE over all rounds, over the random gate's: {ratios}." if ratios else ""
     write_section(Path(config.docs), config.name, f"## The recorded run ({config.setting}, {config.task}"
                   + (f", {config.deploy_episodes} episodes a robot each round, continuously" if config.continuous
-                     else "") + (", a fresh policy each round" if config.retrain == "fresh" else "") + ")",
+                     else "") + (", a fresh policy each round" if config.retrain == "fresh" else "")
+                  + (", learning from its own successes" if config.own_successes else "") + ")",
                   markdown(config_dict, table, expert, command) + over_random
                   + f"\n\n![success against expert frames](media/{media.name})")
     best = max(table, key=lambda row: row["over_expert"])

@@ -18,7 +18,8 @@ does (OUT may already hold a bc.py run on them: it carries on). Then each round 
    frame the expert labelled so far (train/fleet/labels.py), continuing the learning-rate
    schedule over all the steps. With --retrain fresh, a new policy trains instead, from
    initialisation for --round-steps on the same data, in OUT/fleet/round_r_trained: the next
-   round deploys it;
+   round deploys it. With --own-successes, the deployed episodes the policy succeeded in
+   alone train too, its own actions the targets: they cost no expert frame;
 3. **accounts** for it: OUT/fleet/accounts.json and a table (train/fleet/accounting.py):
    expert-labelled frames with the seed's, deployment success, autonomy, hand-overs, ROHE.
 
@@ -88,6 +89,9 @@ class FleetLearnConfig(TrainConfig, GateOptions):
     retrain: str = field(default="carry", metadata={
         "help": "after each round: carry (the policy trains --round-steps more) or fresh (a new policy trains from "
                 "initialisation for --round-steps on the seed and every label so far, in OUT/fleet/round_R_trained)"})
+    own_successes: bool = field(default=False, metadata={
+        "help": "also train on the deployed episodes the policy succeeded in without help, its own actions the "
+                "targets (they cost no expert frame)"})
     round_lr: float = field(default=0.0, metadata={
         "help": "each round's training restarts the learning rate at this share of --lr and decays it to 10% by "
                 "the round's end (0: the rate carries on along one schedule over all the rounds)"})
@@ -101,6 +105,8 @@ class FleetLearnConfig(TrainConfig, GateOptions):
         super().__post_init__()
         GateOptions.__post_init__(self)
         check_choices(self, {"gate": MODES, "retrain": RETRAIN})
+        if self.own_successes and self.gate == "dagger":
+            raise ValueError("--own-successes: with --gate dagger the expert labels every deployed frame already")
         check_options(self, ("rounds", "stop_after"), lambda value: value is None or value >= 0,
                       "must not be negative")
         check_options(self, ("round_lr",), lambda value: 0.0 <= value <= 1.0, "must be in [0, 1]")
@@ -193,7 +199,7 @@ def trained_to(run: Path) -> int:
 def train_round(config: FleetLearnConfig, rounds: list[FleetStore]) -> None:
     """Round ``len(rounds)``'s training (round 0: the seed's), on the seed and the labels of ``rounds``,
     unless it is done: the run carries on to the round's step, or a fresh policy trains for --round-steps."""
-    round, labels = len(rounds), DeploymentLabels(rounds) if rounds else None
+    round, labels = len(rounds), DeploymentLabels(rounds, config.own_successes) if rounds else None
     if config.retrain == "fresh" and round:
         fresh = dataclasses.replace(config, out=str(fresh_directory(Path(config.out), round)),
                                     optim=dataclasses.replace(config.optim, max_steps=config.round_steps))

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+import zarr
 from safetensors.torch import load_file
 
 from collect.config import CollectConfig
@@ -20,7 +21,7 @@ from sim.tasks import BUILTIN_TASKS
 from train.checkpoint import open_checkpoint
 from train.fleet.deploy import EXPERT, LEDGERS, POLICY, Help, deploy_round
 from train.fleet.gates import GATES, GateOptions, ProgressTracker, Signals
-from train.fleet.labels import labelled_runs, labelled_segments
+from train.fleet.labels import DeploymentLabels, autonomous_successes, labelled_runs, labelled_segments
 from train.fleet.operators import Operator, operator_groups, step_shares
 from fault_helpers import assert_one_line, exit_code_of
 from fleet_helpers import columns, fleet_learn, fleet_learn_arguments
@@ -218,6 +219,22 @@ def test_dagger_labels_every_frame_without_acting_and_bc_buys_whole_demonstratio
 
 
 @pytest.mark.slow
+def test_own_successes_are_the_episodes_that_succeeded_without_the_expert(trained_run, tmp_path):
+    out = tmp_path / "round_1"
+    deployment(trained_run, out, mode="random", robots=2, episodes=2, operators=1, random_rate=1e-12)  # never helped
+    for robot, episode in ((0, 1), (1, 0), (1, 1)):  # crafted: three successes, one of them with an expert frame
+        group = zarr.open_group(out / f"robot_{robot:04d}.zarr", mode="r+")
+        group["meta/episode_success"][episode] = True
+    group["data/acted_by"][int(group["meta/episode_ends"][0])] = EXPERT  # robot 1's second episode, its first frame
+    store = FleetStore.open(out)
+    own = autonomous_successes([store])
+    assert [(e.robot_id, e.index) for e in own] == [(0, 1), (1, 0)] and all(e.success for e in own)
+    assert DeploymentLabels([store]).episodes() == labelled_segments([store])
+    with_own = DeploymentLabels([store], own_successes=True).episodes()
+    assert with_own == labelled_segments([store]) + own  # whole episodes: the policy's actions are the targets
+
+
+@pytest.mark.slow
 def test_a_killed_round_resumes_to_the_same_store_and_a_finished_one_is_not_redone(trained_run, pick_place_fleet,
                                                                                      tmp_path):
     whole, killed = (shutil.copytree(trained_run, tmp_path / name / "run", symlinks=True) for name in ("a", "b"))
@@ -258,7 +275,7 @@ def same_weights(a: dict, b: dict) -> bool:
 
 @pytest.mark.slow
 def test_retrain_fresh_trains_a_new_policy_each_round_and_the_next_round_deploys_it(run_copy, pick_place_fleet):
-    completed = fleet_learn(run_copy, pick_place_fleet, "--retrain", "fresh", "--rounds", "2")
+    completed = fleet_learn(run_copy, pick_place_fleet, "--retrain", "fresh", "--rounds", "2", "--own-successes")
     assert completed.returncode == 0, completed.stderr[-3000:]
     fleet = run_copy / "fleet"
     assert open_checkpoint(run_copy).step == 20  # the seed's policy is not carried on
@@ -266,11 +283,11 @@ def test_retrain_fresh_trains_a_new_policy_each_round_and_the_next_round_deploys
         assert open_checkpoint(fleet / f"round_{round}_trained").step == 5
         saved = json.loads((fleet / f"round_{round}_trained" / "config.json").read_text())["config"]
         assert saved["retrain"] == "fresh"
-    assert "with the expert's labels from 2 deployment round(s)" in completed.stdout
+    assert "with the expert's labels from 2 deployment round(s) and the policy's own successes" in completed.stdout
     driven = weights(fleet / "round_2_policy")
     assert same_weights(driven, weights(open_checkpoint(fleet / "round_1_trained").path))
     assert not same_weights(driven, weights(open_checkpoint(run_copy).path))
-    again = fleet_learn(run_copy, pick_place_fleet, "--retrain", "fresh", "--rounds", "2")
+    again = fleet_learn(run_copy, pick_place_fleet, "--retrain", "fresh", "--rounds", "2", "--own-successes")
     assert again.returncode == 0 and "training" not in again.stdout and "round 2: deployed already" in again.stdout
 
 
@@ -294,6 +311,7 @@ def test_two_rounds_under_torchrun_train_on_the_seed_and_the_expert_labels(pick_
     (("--help-steps", "0"), "--help-steps must be at least 1"),
     (("--gate", "loudest"), "--gate must be one of"),
     (("--retrain", "twice"), "--retrain must be one of"),
+    (("--gate", "dagger", "--own-successes"), "--own-successes: with --gate dagger the expert labels every"),
     (("--operators", "-1"), "--operators must be at least 1"),
     (("--min-segment-steps", "40"), "--min-segment-steps must be in [1, --segment-steps (30)]"),
 ])

@@ -8,6 +8,11 @@ padding and is not learned (HG-DAgger: only the expert's segments are labels). I
 expert's demonstrations train whole. In the ``dagger`` mode the policy acted in every frame
 and the expert only labelled it, so each frame trains alone: its own label, the rest of its
 chunk padding.
+
+With ``own_successes``, the episodes the policy finished alone and succeeded in train whole too,
+its own actions the targets (self-imitation, filtered to successes): the deployment's
+successes cost no expert frame, and they show the policy more of the situations it already
+handles, from more robots and seeds than the seed demonstrations hold.
 """
 
 from __future__ import annotations
@@ -48,17 +53,31 @@ def labelled_segments(stores: Sequence[FleetStore]) -> list[EpisodeRef]:
     return segments
 
 
-class DeploymentLabels:
-    """bc.py's labeller for fleet learning: the rounds' stores, their labelled segments, actions as stored."""
+def autonomous_successes(stores: Sequence[FleetStore]) -> list[EpisodeRef]:
+    """Every episode in ``stores`` that succeeded with no frame acted or labelled by the expert."""
+    episodes = []
+    for episode in select_episodes(stores, success=True):
+        shard = stores[episode.store].shards[episode.robot_id]
+        labelled = read_rows(shard, "data/labelled", episode.start, episode.end)
+        acted = read_rows(shard, "data/acted_by", episode.start, episode.end)
+        if not labelled.any() and not (acted == EXPERT).any():
+            episodes.append(episode)
+    return episodes
 
-    def __init__(self, stores: list[FleetStore]):
-        self.stores = stores
+
+class DeploymentLabels:
+    """bc.py's labeller for fleet learning: the rounds' stores, their labelled segments (and, with
+    ``own_successes``, the episodes the policy succeeded in alone), actions as stored."""
+
+    def __init__(self, stores: list[FleetStore], own_successes: bool = False):
+        self.stores, self.own_successes = stores, own_successes
 
     def __str__(self) -> str:
-        return f"with the expert's labels from {len(self.stores)} deployment round(s)"
+        return f"with the expert's labels from {len(self.stores)} deployment round(s)" + \
+            (" and the policy's own successes" if self.own_successes else "")
 
     def episodes(self) -> list[EpisodeRef]:
-        return labelled_segments(self.stores)
+        return labelled_segments(self.stores) + (autonomous_successes(self.stores) if self.own_successes else [])
 
     def window(self, spec: PolicySpec) -> WindowSpec:
         return WindowSpec.of(spec.n_obs_steps, spec.horizon, [*spec.features, "action"], spec.action_start)
