@@ -49,7 +49,7 @@ class EvalPlan:
     seeds_from: str  # where the fleet seed came from
     robots: list[RobotProfile]
     seeds: dict[int, list[int]]  # robot id -> its episodes' seeds
-    training_robots: list[int] | None  # robots in the training collection, when it is on disk
+    training_robots: list[int] | None  # robots it trained on (collection and rounds), when they are on disk
     held_out: str  # how the seeds are known to be held out
 
     def to_dict(self) -> dict:
@@ -153,6 +153,20 @@ def _training_store(checkpoint: Checkpoint | None) -> FleetStore | None:
     return store
 
 
+def training_robots(checkpoint: Checkpoint, store: FleetStore, fleet_seed: int) -> list[int]:
+    """The robots of the training collection ``store`` and of the stores the checkpoint also trained on (fleet
+    learning's rounds) that are on disk and of the same fleet."""
+    robots = set(store.robots)
+    for path in checkpoint.more_data:
+        try:
+            more = FleetStore.open(from_repo(path))
+        except (OSError, ValueError):  # moved, deleted or unreadable: its robots go uncounted
+            continue
+        if more.manifest is not None and more.manifest.get("seed") == fleet_seed:
+            robots.update(more.robots)
+    return sorted(robots)
+
+
 def trained_seeds(store: FleetStore, robot_id: int) -> set[int]:
     """The episode seeds of one robot's committed training episodes; damage there is a ``DataError``."""
     shard = store.shards.get(robot_id)
@@ -247,5 +261,6 @@ def make_plan(config: EvalConfig) -> EvalPlan:
     return EvalPlan(task=task, task_name=spec.name, checkpoint=str(checkpoint.path) if checkpoint else None,
                     checkpoint_info=info,
                     cameras=cameras, image_size=image_size, fps=fps, fleet_seed=fleet_seed, seeds_from=seeds_from,
-                    robots=robots, seeds=seeds, training_robots=store.robots if same_fleet else None,
+                    robots=robots, seeds=seeds,
+                    training_robots=training_robots(checkpoint, store, fleet_seed) if same_fleet else None,
                     held_out=held_out)

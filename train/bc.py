@@ -225,6 +225,7 @@ def run_training(config: TrainConfig, labeller: Labeller | None = None, until: i
     resolved["ddp"]["comm_hook"] = comm_hook or config.ddp.comm_hook
     about = {"spec": data.spec, "stats": data.stats, "features": data.store.features, "config": resolved,
              "task": (data.store.manifest or {}).get("task"), "data": repo_relative(data.store.path),
+             "more_data": [repo_relative(store.path) for store in labeller.stores],
              "identity": data.identity, "code_version": code_version()}  # what every checkpoint describes
 
     threads.refresh(force=True)  # the other ranks have registered by now: the start line counts them

@@ -96,6 +96,7 @@ class Checkpoint:
     epoch: int = 0
     config: dict = field(default_factory=dict)
     data: str | None = None  # the training collection, relative to the repository
+    more_data: list[str] = field(default_factory=list)  # stores it also trained on (fleet learning's rounds)
     identity: dict | None = None  # what the run was trained on (train/identity.py)
     code_version: str | None = None
     personal: dict[int, State] = field(default_factory=dict)  # robot id -> the weights it keeps to itself
@@ -126,7 +127,7 @@ class Checkpoint:
                 "stats": {name: {k: np.asarray(v).tolist() for k, v in values.items()}
                           for name, values in self.stats.items()},
                 "features": self.features, "task": self.task, "config": self.config, "data": self.data,
-                "identity": self.identity, "code_version": self.code_version,
+                "more_data": self.more_data, "identity": self.identity, "code_version": self.code_version,
                 "personal_robots": sorted(self.personal)}
 
     def write(self, directory: Path) -> Path:
@@ -196,7 +197,8 @@ class Checkpoint:
                           for name, values in description["stats"].items()},
                    features=description["features"], step=description["step"], task=description.get("task"),
                    epoch=description.get("epoch", 0), config=description.get("config") or {},
-                   data=description.get("data"), identity=description.get("identity"),
+                   data=description.get("data"), more_data=_paths(description.get("more_data"), directory),
+                   identity=description.get("identity"),
                    code_version=description.get("code_version"), training=state, path=directory.resolve())
 
     def save(self, run: Path, keep: int = 3) -> Path:
@@ -215,6 +217,15 @@ class Checkpoint:
         for old in [other for other in steps if other.name <= path.name][:-keep]:
             shutil.rmtree(old)
         return path
+
+
+def _paths(value, directory: Path) -> list[str]:
+    """checkpoint.json's ``more_data``: a list of paths (none where absent), else a one-line ValueError."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(path, str) for path in value):
+        raise ValueError(f"{directory / DESCRIPTION} is damaged: its more_data is not a list of paths")
+    return value
 
 
 def _load_weights_only(data: bytes) -> dict:

@@ -123,6 +123,15 @@ def test_flipped_weights_are_detected_and_refused(run_copy, tmp_path):
     assert completed.returncode == 2 and "is damaged" in completed.stderr
 
 
+def test_a_description_naming_other_data_wrongly_is_refused(run_copy):
+    last = latest_checkpoint(run_copy)
+    description = json.loads((last / "checkpoint.json").read_text())
+    assert description["more_data"] == []  # bc.py on one store: no other data
+    (last / "checkpoint.json").write_text(json.dumps({**description, "more_data": {"path": "x"}}))
+    with pytest.raises(ValueError, match="checkpoint.json is damaged: its more_data is not a list of paths"):
+        open_checkpoint(last)
+
+
 def test_an_old_checkpoint_converts_to_the_same_policy_and_resumes(trained_run, pick_place_fleet, tmp_path):
     original = open_checkpoint(trained_run, training=True)
     content = old_format_content(original)

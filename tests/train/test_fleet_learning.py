@@ -18,6 +18,8 @@ from dataset import FleetStore
 from dataset.episodes import select_episodes
 from sim.fleet import make_fleet
 from sim.tasks import BUILTIN_TASKS
+from eval import EvalConfig
+from eval.plan import make_plan
 from train.checkpoint import open_checkpoint
 from train.fleet.deploy import EXPERT, LEDGERS, POLICY, Help, deploy_round
 from train.fleet.gates import GATES, GateOptions, ProgressTracker, Signals
@@ -263,6 +265,8 @@ def test_a_run_killed_after_retraining_accounts_for_the_round_without_training_a
     assert "training" not in resumed.stdout and open_checkpoint(run_copy).step == trained
     accounts = json.loads((run_copy / "fleet" / "accounts.json").read_text())["rounds"]
     assert [account["round"] for account in accounts] == [0, 1] and accounts[1]["episodes"] == 8
+    plan = make_plan(EvalConfig(checkpoint=str(run_copy), robots=5)).to_dict()  # robot 3 only deployed
+    assert plan["training_robots"] == [0, 1, 2, 3] and plan["unseen_robots"] == [4]
 
 
 def weights(checkpoint) -> dict:
