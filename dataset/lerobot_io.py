@@ -58,6 +58,24 @@ IMAGE_NAMES = ["height", "width", "channels"]
 FLUSH_FRAMES = 2048  # frames an import buffers before committing (collect's default)
 
 
+@contextmanager
+def _scheduling_kept():
+    """Give the calling thread its scheduling policy back on the way out.
+
+    lerobot encodes videos with SVT-AV1, which, run as root, moves the thread that calls it to
+    the real-time FIFO scheduler at priority 99. Left there, the process and every process it
+    starts afterwards (torchrun ranks, dask workers) would run real-time and starve the rest
+    of the machine.
+    """
+    policy, parameters = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        yield
+    finally:
+        if (os.sched_getscheduler(0), os.sched_getparam(0)) != (policy, parameters):
+            os.sched_setscheduler(0, policy, parameters)
+
+
+@_scheduling_kept()
 def export_lerobot(store: FleetStore, root: Path, repo_id: str | None = None, use_videos: bool = False,
                    progress: bool = True, inputs: str | None = None, features: list[str] | None = None) -> Path:
     """Write every committed episode of ``store`` into a new LeRobotDataset v3.0 at ``root``.

@@ -1,6 +1,7 @@
 """LeRobot interop: a fleet store exported to a LeRobotDataset v3.0 and imported back."""
 
 import json
+import os
 import re
 import shutil
 
@@ -86,9 +87,12 @@ def test_inputs_the_store_cannot_feed_are_refused_before_anything_is_written(pic
     assert list(tmp_path.iterdir()) == []
 
 
-def test_videos_round_trip_within_codec_loss(fleet, tmp_path):
+def test_videos_round_trip_within_codec_loss_and_leave_the_scheduler_as_it_was(fleet, tmp_path):
+    scheduling = os.sched_getscheduler(0), os.sched_getparam(0)
     root = export_lerobot(FleetStore.open(fleet), tmp_path / "video", use_videos=True, progress=False,
                           inputs="state+cameras")
+    # SVT-AV1, run as root, moves its caller to real-time FIFO 99, which every later subprocess would inherit
+    assert (os.sched_getscheduler(0), os.sched_getparam(0)) == scheduling
     assert LeRobotDataset("robofleet/video", root=root, video_backend="pyav").features[IMAGE]["dtype"] == "video"
     original, imported = FleetStore.open(fleet), FleetStore.open(import_lerobot(root, tmp_path / "out", progress=False))
     assert verify_store(imported) == [] and imported.features == original.features
