@@ -206,77 +206,77 @@ def run_training(config: TrainConfig, labeller: Labeller | None = None, until: i
     optim, log = config.optim, config.log
     check_amp(optim.amp, device)
     master, run, until, labeller = rank == 0, Path(config.out), until or optim.max_steps, labeller or StoreActions()
-    threads = ThreadShare(config.ddp.threads)
-    data = training_data(config, labeller, master)
+    with ThreadShare(config.ddp.threads) as threads:
+        data = training_data(config, labeller, master)
 
-    torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    policy = make_policy(data.spec, data.stats).to(device)
-    model, comm_hook, sync_batchnorm_layers = wrap_ddp(policy, config, device) if ddp else (policy, "", 0)
-    effective_batch = optim.batch_size * optim.grad_accum * world_size
-    state = TrainingState.create(policy, optim, device, effective_batch)
-    resumed = resume_from(config, data.spec, data.identity, quiet=not master)
-    schedule_note = ""
-    if resumed is not None:
-        schedule_note = state.resume(resumed, optim.max_steps, until, rewarm)
-        data.stats = resumed.stats  # its normalisation, also on new data (--allow-new-data)
-        data.train_loader.set_epoch(resumed.epoch + 1)
-    resolved = asdict(config)  # with what the run resolved: the policy's inputs and window, the hook that runs
-    resolved["policy"].update(inputs=data.spec.inputs, n_obs_steps=data.spec.n_obs_steps)
-    resolved["ddp"]["comm_hook"] = comm_hook or config.ddp.comm_hook
-    about = {"spec": data.spec, "stats": data.stats, "features": data.store.features, "config": resolved,
-             "task": (data.store.manifest or {}).get("task"), "data": repo_relative(data.store.path),
-             "more_data": [repo_relative(store.path) for store in labeller.stores],
-             "identity": data.identity, "code_version": code_version()}  # what every checkpoint describes
+        torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
+        policy = make_policy(data.spec, data.stats).to(device)
+        model, comm_hook, sync_batchnorm_layers = wrap_ddp(policy, config, device) if ddp else (policy, "", 0)
+        effective_batch = optim.batch_size * optim.grad_accum * world_size
+        state = TrainingState.create(policy, optim, device, effective_batch)
+        resumed = resume_from(config, data.spec, data.identity, quiet=not master)
+        schedule_note = ""
+        if resumed is not None:
+            schedule_note = state.resume(resumed, optim.max_steps, until, rewarm)
+            data.stats = resumed.stats  # its normalisation, also on new data (--allow-new-data)
+            data.train_loader.set_epoch(resumed.epoch + 1)
+        resolved = asdict(config)  # with what the run resolved: the policy's inputs and window, the hook that runs
+        resolved["policy"].update(inputs=data.spec.inputs, n_obs_steps=data.spec.n_obs_steps)
+        resolved["ddp"]["comm_hook"] = comm_hook or config.ddp.comm_hook
+        about = {"spec": data.spec, "stats": data.stats, "features": data.store.features, "config": resolved,
+                 "task": (data.store.manifest or {}).get("task"), "data": repo_relative(data.store.path),
+                 "more_data": [repo_relative(store.path) for store in labeller.stores],
+                 "identity": data.identity, "code_version": code_version()}  # what every checkpoint describes
 
-    threads.refresh(force=True)  # the other ranks have registered by now: the start line counts them
-    if master:
-        run.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(run / "config.json", {"config": resolved, "policy_spec": data.spec.to_dict(),
-                                                 "world_size": world_size, "effective_batch": effective_batch,
-                                                 "lr": state.lr, "sync_batchnorm_layers": sync_batchnorm_layers,
-                                                 "code_version": about["code_version"]})
-        print(f"training {config.policy.policy} on {data.describe()}, {world_size} rank(s) on {device}, batch "
-              f"{optim.batch_size} x {optim.grad_accum} micro-steps x {world_size} ranks = "
-              f"{effective_batch} windows per step (the effective batch); lr {state.lr:.4g} ({optim.lr:.4g} "
-              f"for batch {optim.base_batch}, scaling {optim.lr_scaling}); amp {optim.amp}, "
-              f"comm hook {comm_hook or 'none (one process)'}, ema {optim.ema_decay or 'off'}; {threads.describe()}"
-              + (f"; {sync_batchnorm_layers} SyncBatchNorm layers" if sync_batchnorm_layers else "")
-              + (f"; resumed from step {state.step}" if resumed else "") + schedule_note
-              + (f"; {labeller}" if str(labeller) else ""))
-    monitor = Monitor(run, config, start_step=state.step, oversubscription=threads.oversubscription) if master else None
-    timer = StepTimer(policy, device)
-    batches = training_batches(data.train_loader, device, labeller, timer)
-
-    first_step, started, losses = state.step, time.perf_counter(), []  # the logged loss: the log window's mean
-    while state.step < until:
-        threads.refresh()
-        losses.append(update(model, state, batches, optim, timer))
-        timer.step_done(samples=effective_batch)
-        last, record = state.step == until, {}
-        if state.step % log.log_interval == 0 or last:
-            record, losses = progress(losses, timer, state, data.train_loader.epoch - 1, device), []
-        if data.val_loader is not None and (state.step % log.val_interval == 0 or last):
-            with state.autocast():
-                val_loss = validation_loss(state.evaluated, data.val_loader, device, labeller)
-            record = {"step": state.step, **record, "val_loss": val_loss}
-        if master and record:
-            monitor.log(record)
-        if master and (state.step % log.checkpoint_interval == 0 or last):
-            state.checkpoint(epoch=data.train_loader.epoch - 1, **about).save(run, keep=log.keep_checkpoints)
-
-    seconds = time.perf_counter() - started
-    if ddp and state.step > first_step:
-        in_sync = ranks_in_sync(state, world_size)
+        threads.refresh(force=True)  # the other ranks have registered by now: the start line counts them
         if master:
-            monitor.log({"step": state.step, "ranks_in_sync": in_sync, "world_size": world_size})
-    if ddp:
-        # A DDP with a Python comm hook that outlives the process group can make torch abort at exit
-        # ("terminate called without an active exception"; rarely, but then torchrun reports a failed run).
-        del model
-        gc.collect()
-        if owns_process_group:
-            dist.destroy_process_group()
-    threads.close()
+            run.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(run / "config.json", {"config": resolved, "policy_spec": data.spec.to_dict(),
+                                                     "world_size": world_size, "effective_batch": effective_batch,
+                                                     "lr": state.lr, "sync_batchnorm_layers": sync_batchnorm_layers,
+                                                     "code_version": about["code_version"]})
+            print(f"training {config.policy.policy} on {data.describe()}, {world_size} rank(s) on {device}, batch "
+                  f"{optim.batch_size} x {optim.grad_accum} micro-steps x {world_size} ranks = "
+                  f"{effective_batch} windows per step (the effective batch); lr {state.lr:.4g} ({optim.lr:.4g} "
+                  f"for batch {optim.base_batch}, scaling {optim.lr_scaling}); amp {optim.amp}, "
+                  f"comm hook {comm_hook or 'none (one process)'}, ema {optim.ema_decay or 'off'}; {threads.describe()}"
+                  + (f"; {sync_batchnorm_layers} SyncBatchNorm layers" if sync_batchnorm_layers else "")
+                  + (f"; resumed from step {state.step}" if resumed else "") + schedule_note
+                  + (f"; {labeller}" if str(labeller) else ""))
+        monitor = Monitor(run, config, start_step=state.step,
+                          oversubscription=threads.oversubscription) if master else None
+        timer = StepTimer(policy, device)
+        batches = training_batches(data.train_loader, device, labeller, timer)
+
+        first_step, started, losses = state.step, time.perf_counter(), []  # the logged loss: the log window's mean
+        while state.step < until:
+            threads.refresh()
+            losses.append(update(model, state, batches, optim, timer))
+            timer.step_done(samples=effective_batch)
+            last, record = state.step == until, {}
+            if state.step % log.log_interval == 0 or last:
+                record, losses = progress(losses, timer, state, data.train_loader.epoch - 1, device), []
+            if data.val_loader is not None and (state.step % log.val_interval == 0 or last):
+                with state.autocast():
+                    val_loss = validation_loss(state.evaluated, data.val_loader, device, labeller)
+                record = {"step": state.step, **record, "val_loss": val_loss}
+            if master and record:
+                monitor.log(record)
+            if master and (state.step % log.checkpoint_interval == 0 or last):
+                state.checkpoint(epoch=data.train_loader.epoch - 1, **about).save(run, keep=log.keep_checkpoints)
+
+        seconds = time.perf_counter() - started
+        if ddp and state.step > first_step:
+            in_sync = ranks_in_sync(state, world_size)
+            if master:
+                monitor.log({"step": state.step, "ranks_in_sync": in_sync, "world_size": world_size})
+        if ddp:
+            # A DDP with a Python comm hook that outlives the process group can make torch abort at exit
+            # ("terminate called without an active exception"; rarely, but then torchrun reports a failed run).
+            del model
+            gc.collect()
+            if owns_process_group:
+                dist.destroy_process_group()
     if master:
         monitor.close()
         images_per_sample = data.spec.n_obs_steps * sum(data.store.features[name]["dtype"] == "image"

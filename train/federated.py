@@ -319,24 +319,24 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
     if resumed is not None:
         server.restore(resumed)
 
-    share = None  # a remote cluster's clients run elsewhere: one thread each unless --threads
-    if config.scheduler is None:
-        share = ThreadShare(config.threads, ranks=config.workers, local_ranks=config.workers)
-    server.client_threads = share.threads if share else config.threads or 1
-    run.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(run / "config.json", {"config": asdict(config), "policy_spec": server.spec.to_dict(),
-                                             "robots": robots, "code_version": code_version()})
-    # rounds after the last checkpoint (logged just before a crash) are trained again
-    keep_records(run / "metrics.jsonl", lambda record: record.get("round", 0) <= server.round)
-    clients_per_round = max(1, round(config.fraction * len(robots)))
-    if not config.quiet:
-        print(f"federated {config.policy} on {len(robots)} robots ({len(episodes)} episodes): {clients_per_round} "
-              f"clients per round x {config.local_epochs} local epoch(s), compression {config.compression}, "
-              f"personal {config.personal}; "
-              + (share.describe("client") if share else f"{server.client_threads} torch thread(s) per client")
-              + (f"; resumed after round {server.round}" if resumed else ""))
-
     with contextlib.ExitStack() as stack:
+        # a remote cluster's clients run elsewhere: one thread each unless --threads
+        share = stack.enter_context(ThreadShare(config.threads, ranks=config.workers, local_ranks=config.workers)) \
+            if config.scheduler is None else None
+        server.client_threads = share.threads if share else config.threads or 1
+        run.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(run / "config.json", {"config": asdict(config), "policy_spec": server.spec.to_dict(),
+                                                 "robots": robots, "code_version": code_version()})
+        # rounds after the last checkpoint (logged just before a crash) are trained again
+        keep_records(run / "metrics.jsonl", lambda record: record.get("round", 0) <= server.round)
+        clients_per_round = max(1, round(config.fraction * len(robots)))
+        if not config.quiet:
+            print(f"federated {config.policy} on {len(robots)} robots ({len(episodes)} episodes): {clients_per_round} "
+                  f"clients per round x {config.local_epochs} local epoch(s), compression {config.compression}, "
+                  f"personal {config.personal}; "
+                  + (share.describe("client") if share else f"{server.client_threads} torch thread(s) per client")
+                  + (f"; resumed after round {server.round}" if resumed else ""))
+
         try:
             client = stack.enter_context(dask_client(config.scheduler, config.workers, preload=("train.fed.fedavg",),
                                                      show_dashboard=not config.quiet))
@@ -373,8 +373,6 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
             if not config.quiet:
                 bar.write(f"heads fitted to the final weights: {len(record['completed'])}/{len(server.robots)} "
                           f"robots, {record['seconds']:.1f} s")
-    if share is not None:
-        share.close()
     last_checkpoint = latest_checkpoint(run)
     if not config.quiet:
         print(f"done: {run / 'checkpoints' / 'last'} (round {server.round}; "

@@ -138,3 +138,9 @@ class ThreadShare:
     def close(self) -> None:
         """Leave the registry."""
         _forget(self.entry)
+
+    def __enter__(self) -> ThreadShare:
+        return self
+
+    def __exit__(self, *exception) -> None:
+        self.close()  # also when the run fails: a caller that carries on (a test, a sweep) is no training rank

@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from collect_helpers import REPO, subprocess_env
+from fault_helpers import exit_code_of
 from train import threads
+from train.bc import main as bc_main
 from train.config import TrainConfig
 from train.monitor import Monitor
 from train.threads import ThreadShare, usable_cores
@@ -50,6 +52,14 @@ def test_a_run_shares_the_cores_with_the_other_training_ranks_and_takes_them_bac
     assert alone.refresh(force=True) == usable_cores()  # the killed process's entry is removed
     assert [entry.name for entry in registry.iterdir()] == [str(os.getpid())]
     alone.close()
+    assert not any(registry.iterdir())
+
+
+
+def test_a_run_that_fails_leaves_the_registry_though_its_process_carries_on(registry, tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert exit_code_of(bc_main, ["--data", tmp_path / "empty", "--out", tmp_path / "run", "--max-steps", "1"]) == 2
+    # else every later run on this host (a test suite's, a sweep's) would count this process as a training rank
     assert not any(registry.iterdir())
 
 
