@@ -67,6 +67,9 @@ def _scheduling_kept():
     starts afterwards (torchrun ranks, dask workers) would run real-time and starve the rest
     of the machine.
     """
+    if not hasattr(os, "sched_getscheduler"):  # not Linux: no such policies to keep
+        yield
+        return
     policy, parameters = os.sched_getscheduler(0), os.sched_getparam(0)
     try:
         yield

@@ -55,7 +55,6 @@ def test_a_run_shares_the_cores_with_the_other_training_ranks_and_takes_them_bac
     assert not any(registry.iterdir())
 
 
-
 def test_a_run_that_fails_leaves_the_registry_though_its_process_carries_on(registry, tmp_path):
     (tmp_path / "empty").mkdir()
     assert exit_code_of(bc_main, ["--data", tmp_path / "empty", "--out", tmp_path / "run", "--max-steps", "1"]) == 2
