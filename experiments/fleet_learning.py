@@ -9,6 +9,8 @@ evaluated as the BC figures it is compared with (issue 44).
                                                       # more deployment a round, from the same seed policy
     .venv/bin/python -m experiments.fleet_learning --retrain fresh --round-steps 5000
                                                       # a fresh policy each round, deployed in the next
+    .venv/bin/python -m experiments.fleet_learning --retrain fresh --round-epochs 70
+                                                      # ... trained for 70 passes over the frames so far
 
 ``--setting`` picks the defaults (``SETTINGS``): ``visuomotor``, the cnn from the front and
 wrist cameras and the arm's own state, seeded with docs/scaling.md's 27 x 10 visuomotor point;
@@ -28,7 +30,8 @@ As a user would run it, each stage a subprocess with its output in a log under `
 4. per ``--gates`` entry, from a copy of the seed policy, per round r = 1..``--rounds``:
    ``train/fleet_learn.py --stop-after r`` under torchrun (deploy on the ``--fleet-robots``
    robots, help, retrain; the learning rate carries on at the seed schedule's end, 10% of the peak, or
-   restarts each round at ``--round-lr``; with ``--retrain fresh`` a new policy trains for ``--round-steps``);
+   restarts each round at ``--round-lr``; with ``--retrain fresh`` a new policy trains for ``--round-steps``,
+   or ``--round-epochs`` passes over the expert-labelled frames so far where that takes more);
 5. ``evaluate`` of the seed policy and of each round's result on robots 0..``--eval-robots``-1
    x ``--eval-episodes`` held-out seeds, as the full runs evaluate (docs/evaluation.md: the
    visuomotor one's 0.954).
@@ -36,8 +39,9 @@ As a user would run it, each stage a subprocess with its output in a log under `
 A continuous deployment (``--continuous``) is an arm of its own beside the same seed and seed
 policy, named for its episodes a robot: ``OUT/GATE_10x_continuous``, with its own results file,
 docs section and plot (``fleet_learning_10x_continuous``); so is ``--retrain fresh``
-(``OUT/GATE_fresh``, ``fleet_learning_fresh``), and ``--own-successes``, where the deployed
-episodes the policy succeeded in alone train too (``OUT/GATE_fresh_own_successes``).
+(``OUT/GATE_fresh``, ``fleet_learning_fresh``; with ``--round-epochs 70``, ``OUT/GATE_fresh_70_epochs``),
+and ``--own-successes``, where the deployed episodes the policy succeeded in alone train too
+(``OUT/GATE_fresh_own_successes``).
 
 Everything resumes: the collection carries on, fleet_learn.py does, a finished evaluation is
 kept. The results (accounts and evaluations per round) go to ``--results-dir/NAME.json``,
@@ -62,7 +66,7 @@ from experiments.fleet_learning_report import publish
 from experiments.full_run import StageClock, finished_evaluation, trained_step
 from train.checkpoint import Checkpoint, latest_checkpoint, open_checkpoint
 from train.fleet.accounting import seed_frames
-from train.fleet_learn import RETRAIN, round_policy
+from train.fleet_learn import RETRAIN, check_round_epochs, fresh_round_steps, round_policy
 
 
 SETTINGS = {  # the defaults of each --setting
@@ -106,6 +110,9 @@ class FleetLearningConfig:
     retrain: str = field(default="carry", metadata={
         "help": "after each round: carry the policy on or train a fresh one, for --round-steps; "
                 "fleet_learn.py --retrain"})
+    round_epochs: float = field(default=0.0, metadata={
+        "help": "with --retrain fresh: train each round's fresh policy for this many passes over the expert-labelled "
+                "frames so far, and at least --round-steps (fleet_learn.py --round-epochs; 0: --round-steps alone)"})
     own_successes: bool = field(default=False, metadata={
         "help": "also train on the deployed episodes the policy succeeded in alone (fleet_learn.py --own-successes)"})
     round_lr: float = field(default=0.0, metadata={
@@ -144,6 +151,7 @@ class FleetLearningConfig:
         check_options(self, ("seed_robots", "seed_episodes", "ranks", "seed_steps", "round_steps", "fleet_robots",
                              "eval_robots", "eval_episodes", "workers"), lambda value: value >= 1,
                       "must be at least 1")
+        check_round_epochs(self)
         self.run_rounds = self.rounds if self.run_rounds is None else min(self.run_rounds, self.rounds)
 
     @property
@@ -157,14 +165,22 @@ class FleetLearningConfig:
     @property
     def deployment(self) -> str:
         """How each round deploys and retrains, as a name's suffix: empty in waves, ``_Nx_continuous`` for N
-        episodes a robot deployed continuously; then ``_fresh`` where each round trains a fresh policy, and
-        ``_own_successes`` where the policy's own successes train too."""
+        episodes a robot deployed continuously; then ``_fresh`` where each round trains a fresh policy
+        (``_fresh_E_epochs`` for --round-epochs E), and ``_own_successes`` where the policy's own successes train
+        too."""
+        fresh = "_fresh" + (f"_{self.round_epochs:g}_epochs" if self.round_epochs else "")
         return (f"_{self.deploy_episodes}x_continuous" if self.continuous else "") + \
-            ("_fresh" if self.retrain == "fresh" else "") + ("_own_successes" if self.own_successes else "")
+            (fresh if self.retrain == "fresh" else "") + ("_own_successes" if self.own_successes else "")
 
     def round_trained(self, run: Path, round: int) -> bool:
-        """Whether ``run`` has finished round ``round``'s training."""
-        steps = self.round_steps if self.retrain == "fresh" else self.seed_steps + round * self.round_steps
+        """Whether ``run`` has finished round ``round``: accounted for it, and trained the round's steps (a fresh
+        policy's from the expert-labelled frames the accounts count, as fleet_learn.py does)."""
+        accounts = {account["round"]: account for account in run_accounts_of(run)}
+        if round not in accounts:
+            return False
+        steps = fresh_round_steps(self.round_steps, self.round_epochs, accounts[round]["labelled_so_far"],
+                                  self.batch_size * self.ranks) if self.retrain == "fresh" else \
+            self.seed_steps + round * self.round_steps
         return trained_step(round_policy(run, round)) >= steps
 
     @property
@@ -188,6 +204,7 @@ def fleet_learn_command(config: FleetLearningConfig, gate: str, run: Path, stop_
     return [*torchrun(config, "train/fleet_learn.py"), *training_options(config), "--out", repo_relative(run),
             "--max-steps", str(config.seed_steps), "--rounds", str(config.rounds), "--stop-after", str(stop_after),
             "--round-steps", str(config.round_steps), "--round-lr", str(config.round_lr), "--retrain", config.retrain,
+            *(["--round-epochs", str(config.round_epochs)] if config.round_epochs else []),
             "--gate", gate, "--operators", str(config.operators),
             "--help-steps", str(config.help_steps), "--segment-steps", str(config.segment_steps),
             "--random-rate", str(config.random_rate),
@@ -208,10 +225,15 @@ def collected(store: Path, robots: int, episodes: int) -> bool:
     return len(entries) == robots and all(e["episodes"] + e["failed"] >= episodes for e in entries.values())
 
 
+def run_accounts_of(run: Path) -> list[dict]:
+    """A train/fleet_learn.py run's accounts, a round each (round 0, the seed, included; none before its first)."""
+    accounts = run / "fleet" / "accounts.json"
+    return json.loads(accounts.read_text())["rounds"] if accounts.exists() else []
+
+
 def accounted_rounds(run: Path) -> list[int]:
     """The rounds that ``run``'s accounts cover (round 0, the seed, included)."""
-    accounts = run / "fleet" / "accounts.json"
-    return [a["round"] for a in json.loads(accounts.read_text())["rounds"]] if accounts.exists() else []
+    return [account["round"] for account in run_accounts_of(run)]
 
 
 def evaluated(config: FleetLearningConfig, clock: StageClock, name: str, agent: list[str], out: Path,
@@ -269,7 +291,7 @@ def run_gate(config: FleetLearningConfig, gate: str, clock: StageClock, seed_pol
     for round in range(1, config.run_rounds + 1):
         clock.run(f"{out.name}_round_{round}", f"{out.name}: round {round}",
                   fleet_learn_command(config, gate, run, round), out / f"round_{round}.log",
-                  done=round in accounted_rounds(run) and config.round_trained(run, round))
+                  done=config.round_trained(run, round))
         evaluations.append({"round": round, **checkpoint_evaluated(config, clock, f"{out.name}_round_{round}",
                                                                    round_checkpoint(run, round),
                                                                    out / f"eval_round_{round}")})
@@ -301,8 +323,7 @@ def main(argv: list[str] | None = None) -> dict:
     for gate in config.gates:
         evaluations = [seed_evaluation, *run_gate(config, gate, clock, seed_policy)] if config.run_rounds else \
             [seed_evaluation]
-        accounts_file = arm_directory(config, gate) / "run" / "fleet" / "accounts.json"
-        accounts = json.loads(accounts_file.read_text())["rounds"] if accounts_file.exists() else \
+        accounts = run_accounts_of(arm_directory(config, gate) / "run") or \
             [{"round": 0, "labelled_so_far": seed_store_frames(seed_store)}]
         runs[gate] = {"evaluations": evaluations, "accounts": accounts}
     command = "python -m experiments.fleet_learning" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))

@@ -63,6 +63,14 @@ def rows(runs: dict, expert: dict) -> list[dict]:
     return table
 
 
+def fresh_training(config: dict) -> str:
+    """How long each round's fresh policy trains, in words: ``--round-steps`` steps, or with ``--round-epochs``
+    that many passes over its data and at least ``--round-steps``."""
+    steps = f"{config['round_steps']} steps"
+    return f"{config['round_epochs']:g} passes over its data (at least {steps})" if config.get("round_epochs") \
+        else steps
+
+
 def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str:
     lines = [f"Measured on {machine_facts()['cores']} cores, code {machine_facts()['code_version']}: "
              f"{config['policy']} on {config['inputs']}"
@@ -74,7 +82,7 @@ def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str
              f"operators, {config['help_steps']} expert steps, hand-overs of up to {config['segment_steps']} steps"
              + (f", the random gate asking on {config['random_rate']:.0%} of the steps" if "random" in config['gates']
                 else "") + ", "
-             + (f"then trains a fresh policy for {config['round_steps']} steps" if config.get("retrain") == "fresh"
+             + (f"then trains a fresh policy for {fresh_training(config)}" if config.get("retrain") == "fresh"
                 else f"then trains {config['round_steps']} steps")
              + (" (on the policy's own successes too)" if config.get("own_successes") else "")
              + f". Evaluated on robots 0..{config['eval_robots'] - 1} x "
@@ -150,9 +158,11 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
     plot(table, bc, inputs, media)
     ratios = ", ".join(f"{gate} {ratio:.2f}" for gate, ratio in result["rohe_over_random"].items() if gate != "random")
     over_random = f"\n\nROHE over all rounds, over the random gate's: {ratios}." if ratios else ""
+    fresh = ", a fresh policy each round" + (f" for {config.round_epochs:g} passes over its data"
+                                             if config.round_epochs else "")
     write_section(Path(config.docs), config.name, f"## The recorded run ({config.setting}, {config.task}"
                   + (f", {config.deploy_episodes} episodes a robot each round, continuously" if config.continuous
-                     else "") + (", a fresh policy each round" if config.retrain == "fresh" else "")
+                     else "") + (fresh if config.retrain == "fresh" else "")
                   + (", learning from its own successes" if config.own_successes else "") + ")",
                   markdown(config_dict, table, expert, command) + over_random
                   + f"\n\n![success against expert frames](media/{media.name})")

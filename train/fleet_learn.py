@@ -18,7 +18,8 @@ does (OUT may already hold a bc.py run on them: it carries on). Then each round 
    frame the expert labelled so far (train/fleet/labels.py), continuing the learning-rate
    schedule over all the steps. With --retrain fresh, a new policy trains instead, from
    initialisation for --round-steps on the same data, in OUT/fleet/round_r_trained: the next
-   round deploys it. With --own-successes, the deployed episodes the policy succeeded in
+   round deploys it (with --round-epochs, for that many passes over the expert-labelled frames
+   so far, if that takes more steps). With --own-successes, the deployed episodes the policy succeeded in
    alone train too, its own actions the targets: they cost no expert frame;
 3. **accounts** for it: OUT/fleet/accounts.json and a table (train/fleet/accounting.py):
    expert-labelled frames with the seed's, deployment success, autonomy, hand-overs, ROHE.
@@ -34,6 +35,7 @@ stopped; a finished round is not redone. ``evaluate --checkpoint OUT`` measures 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -89,6 +91,10 @@ class FleetLearnConfig(TrainConfig, GateOptions):
     retrain: str = field(default="carry", metadata={
         "help": "after each round: carry (the policy trains --round-steps more) or fresh (a new policy trains from "
                 "initialisation for --round-steps on the seed and every label so far, in OUT/fleet/round_R_trained)"})
+    round_epochs: float = field(default=0.0, metadata={
+        "help": "with --retrain fresh: train each round's fresh policy for this many passes over its expert-labelled "
+                "frames, the seed's and every round's so far, at the global batch (batch size x ranks x grad "
+                "accumulation), and at least --round-steps; 0: --round-steps alone"})
     own_successes: bool = field(default=False, metadata={
         "help": "also train on the deployed episodes the policy succeeded in without help, its own actions the "
                 "targets (they cost no expert frame)"})
@@ -107,6 +113,7 @@ class FleetLearnConfig(TrainConfig, GateOptions):
         check_choices(self, {"gate": MODES, "retrain": RETRAIN})
         if self.own_successes and self.gate == "dagger":
             raise ValueError("--own-successes: with --gate dagger the expert labels every deployed frame already")
+        check_round_epochs(self)
         check_options(self, ("rounds", "stop_after"), lambda value: value is None or value >= 0,
                       "must not be negative")
         check_options(self, ("round_lr",), lambda value: 0.0 <= value <= 1.0, "must be in [0, 1]")
@@ -125,6 +132,22 @@ class FleetLearnConfig(TrainConfig, GateOptions):
         """The steps the learning-rate schedule of the run's own policy spans (the seed's alone with --retrain
         fresh)."""
         return self.optim.max_steps + (self.rounds * self.round_steps if self.retrain == "carry" else 0)
+
+
+def check_round_epochs(config) -> None:
+    """--round-epochs' checks, for a config with ``round_epochs`` and ``retrain`` (experiments/fleet_learning.py's
+    too): not negative, and with --retrain fresh only."""
+    check_options(config, ("round_epochs",), lambda value: value >= 0, "must not be negative")
+    if config.round_epochs and config.retrain != "fresh":
+        raise ValueError("--round-epochs: with --retrain carry each round trains --round-steps more; "
+                         "it sizes --retrain fresh's policies")
+
+
+def fresh_round_steps(round_steps: int, round_epochs: float, labelled_frames: int, global_batch: int) -> int:
+    """The steps a round's fresh policy trains (--retrain fresh): ``round_epochs`` passes over ``labelled_frames``
+    at ``global_batch`` windows a step (batch size x ranks x grad accumulation), rounded up, and at least
+    ``round_steps`` (``round_steps`` alone where ``round_epochs`` is 0)."""
+    return max(round_steps, math.ceil(round_epochs * labelled_frames / global_batch))
 
 
 def round_directory(run: Path, round: int) -> Path:
@@ -178,12 +201,17 @@ def deploy(config: FleetLearnConfig, store: FleetStore, round: int) -> None:
     print(summary.format())
 
 
-def write_accounts(config: FleetLearnConfig, store: FleetStore, rounds: list[FleetStore]) -> None:
-    """OUT/fleet/accounts.json and its table on the console."""
+def accounts_so_far(config: FleetLearnConfig, store: FleetStore, rounds: list[FleetStore]) -> list[dict]:
+    """The run's accounts (train/fleet/accounting.py) after ``rounds``: the seed's episodes that train, from
+    ``store``, then each round's."""
     data = config.data
     seed = select_episodes(store, robots=data.robots or None, sites=data.sites or None,
                            per_robot=data.episodes_per_robot or None)
-    accounts = run_accounts(seed_frames(seed), rounds)
+    return run_accounts(seed_frames(seed), rounds)
+
+
+def write_accounts(config: FleetLearnConfig, accounts: list[dict]) -> None:
+    """OUT/fleet/accounts.json and its table on the console."""
     (Path(config.out) / "fleet").mkdir(parents=True, exist_ok=True)
     write_json_atomic(Path(config.out) / "fleet" / "accounts.json",
                       {"config": dataclasses.asdict(config), "rounds": accounts})
@@ -196,16 +224,33 @@ def trained_to(run: Path) -> int:
     return open_checkpoint(latest, quiet=True).step if latest else 0
 
 
-def train_round(config: FleetLearnConfig, rounds: list[FleetStore]) -> None:
-    """Round ``len(rounds)``'s training (round 0: the seed's), on the seed and the labels of ``rounds``,
-    unless it is done: the run carries on to the round's step, or a fresh policy trains for --round-steps."""
+def train_fresh(config: FleetLearnConfig, round: int, labels: DeploymentLabels, labelled: int) -> None:
+    """Round ``round``'s fresh policy (--retrain fresh), unless it is trained: --round-steps, or with
+    --round-epochs as many passes over the ``labelled`` expert-labelled frames so far, if that takes more."""
+    rank, world_size = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    batch = config.optim.batch_size * config.optim.grad_accum * world_size
+    steps = fresh_round_steps(config.round_steps, config.round_epochs, labelled, batch)
+    fresh = dataclasses.replace(config, out=str(fresh_directory(Path(config.out), round)),
+                                optim=dataclasses.replace(config.optim, max_steps=steps))
+    if trained_to(Path(fresh.out)) >= steps:
+        return
+    if rank == 0:
+        passes = f"{config.round_epochs:g} pass{'' if config.round_epochs == 1 else 'es'} over {labelled:,} " \
+            f"expert-labelled frames at batch {batch:,}"
+        why = passes if steps > config.round_steps else \
+            "--round-steps" + (f", more than {passes} take" if config.round_epochs else "")
+        print(f"round {round}: a fresh policy trains {steps:,} steps ({why})", flush=True)
+    run_training(fresh, labels)
+    crash_point("fleet-trained")
+
+
+def train_round(config: FleetLearnConfig, rounds: list[FleetStore], labelled: int) -> None:
+    """Round ``len(rounds)``'s training (round 0: the seed's), on the seed and the labels of ``rounds``
+    (``labelled`` expert-labelled frames in all), unless it is done: the run carries on to the round's step,
+    or a fresh policy trains (``train_fresh``)."""
     round, labels = len(rounds), DeploymentLabels(rounds, config.own_successes) if rounds else None
     if config.retrain == "fresh" and round:
-        fresh = dataclasses.replace(config, out=str(fresh_directory(Path(config.out), round)),
-                                    optim=dataclasses.replace(config.optim, max_steps=config.round_steps))
-        if trained_to(Path(fresh.out)) < config.round_steps:
-            run_training(fresh, labels)
-            crash_point("fleet-trained")
+        train_fresh(config, round, labels, labelled)
         return
     until = config.optim.max_steps + round * config.round_steps
     if trained_to(Path(config.out)) < until:  # a finished round is not loaded again
@@ -230,9 +275,10 @@ def run_fleet_learning(config: FleetLearnConfig) -> None:
             if ddp:
                 dist.barrier()
             rounds.append(FleetStore.open(round_directory(Path(config.out), round)))
-        train_round(config, rounds)
+        accounts = accounts_so_far(config, store, rounds)
+        train_round(config, rounds, accounts[-1]["labelled_so_far"])
         if master:
-            write_accounts(config, store, rounds)
+            write_accounts(config, accounts)
     if ddp:
         dist.destroy_process_group()
 

@@ -2,6 +2,7 @@
 resume after a kill, and two rounds end to end under torchrun."""
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import zarr
 from safetensors.torch import load_file
 
 from collect.config import CollectConfig
+from experiments.fleet_learning import FleetLearningConfig
 from collect_helpers import REPO, assert_same_stores
 from dataset import FleetStore
 from dataset.episodes import select_episodes
@@ -27,7 +29,7 @@ from train.fleet.labels import DeploymentLabels, autonomous_successes, labelled_
 from train.fleet.operators import Operator, operator_groups, step_shares
 from fault_helpers import assert_one_line, exit_code_of
 from fleet_helpers import columns, fleet_learn, fleet_learn_arguments
-from train.fleet_learn import main as fleet_learn_main
+from train.fleet_learn import fresh_round_steps, main as fleet_learn_main
 
 OPTIONS = GateOptions()
 
@@ -295,6 +297,41 @@ def test_retrain_fresh_trains_a_new_policy_each_round_and_the_next_round_deploys
     assert again.returncode == 0 and "training" not in again.stdout and "round 2: deployed already" in again.stdout
 
 
+def test_a_fresh_round_trains_its_passes_over_the_labels_at_the_global_batch_and_at_least_round_steps():
+    assert fresh_round_steps(5, 0.0, 10_000, 32) == 5  # no --round-epochs: --round-steps alone
+    assert fresh_round_steps(5, 1.0, 1000, 32) == 32  # 31.25 steps a pass, rounded up
+    assert fresh_round_steps(100, 1.0, 1000, 32) == 100  # never fewer than --round-steps
+    assert fresh_round_steps(5, 2.0, 1000, 32 * 2 * 2) == 16  # batch 32 x 2 ranks x 2 micro-batches: 15.6 steps
+    assert fresh_round_steps(5, 2.5, 6400, 64) == 250
+
+
+@pytest.mark.slow
+def test_round_epochs_size_each_fresh_policy_by_its_labelled_frames_and_a_rerun_trains_nothing(run_copy,
+                                                                                              pick_place_fleet):
+    options = ("--retrain", "fresh", "--round-epochs", "1", "--grad-accum", "2")  # global batch 32 x 2
+    completed = fleet_learn(run_copy, pick_place_fleet, *options)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    fleet = run_copy / "fleet"
+    accounts = json.loads((fleet / "accounts.json").read_text())
+    frames = accounts["rounds"][1]["labelled_so_far"]  # the seed's frames and round 1's labels
+    steps = math.ceil(1 * frames / (32 * 2 * 1))
+    assert steps > 5 and open_checkpoint(fleet / "round_1_trained").step == steps
+    assert f"round 1: a fresh policy trains {steps:,} steps (1 pass over {frames:,} expert-labelled frames at " \
+           "batch 64)" in completed.stdout
+    saved = json.loads((fleet / "round_1_trained" / "config.json").read_text())["config"]
+    assert saved["round_epochs"] == accounts["config"]["round_epochs"] == 1.0 and saved["optim"]["max_steps"] == steps
+    again = fleet_learn(run_copy, pick_place_fleet, *options)
+    assert again.returncode == 0 and "training" not in again.stdout and "a fresh policy" not in again.stdout
+    assert open_checkpoint(fleet / "round_1_trained").step == steps
+    # experiments/fleet_learning.py counts the round as finished from the same accounts: 2 ranks x 32 train at the
+    # same global batch; twice the passes are not trained, nor is a round not yet deployed
+    experiment = FleetLearningConfig(retrain="fresh", round_epochs=1, round_steps=5, batch_size=32, ranks=2)
+    assert experiment.deployment == "_fresh_1_epochs" and experiment.round_trained(run_copy, 1)
+    assert not experiment.round_trained(run_copy, 2)
+    assert not FleetLearningConfig(retrain="fresh", round_epochs=2, round_steps=5, batch_size=32,
+                                   ranks=2).round_trained(run_copy, 1)
+
+
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_two_rounds_under_torchrun_train_on_the_seed_and_the_expert_labels(pick_place_fleet, tmp_path):
@@ -316,6 +353,8 @@ def test_two_rounds_under_torchrun_train_on_the_seed_and_the_expert_labels(pick_
     (("--gate", "loudest"), "--gate must be one of"),
     (("--retrain", "twice"), "--retrain must be one of"),
     (("--gate", "dagger", "--own-successes"), "--own-successes: with --gate dagger the expert labels every"),
+    (("--retrain", "fresh", "--round-epochs", "-1"), "--round-epochs must not be negative"),
+    (("--round-epochs", "10"), "--round-epochs: with --retrain carry each round trains --round-steps more"),
     (("--operators", "-1"), "--operators must be at least 1"),
     (("--min-segment-steps", "40"), "--min-segment-steps must be in [1, --segment-steps (30)]"),
 ])
