@@ -19,8 +19,8 @@ does (OUT may already hold a bc.py run on them: it carries on). Then each round 
    schedule over all the steps. With --retrain fresh, a new policy trains instead, from
    initialisation for --round-steps on the same data, in OUT/fleet/round_r_trained: the next
    round deploys it (with --round-epochs, for that many passes over the expert-labelled frames
-   so far, if that takes more steps). With --own-successes, the deployed episodes the policy succeeded in
-   alone train too, its own actions the targets: they cost no expert frame;
+   so far, if that takes more steps). With --own-successes, the deployed episodes the policy
+   succeeded in alone train too, its own actions the targets: they cost no expert frame;
 3. **accounts** for it: OUT/fleet/accounts.json and a table (train/fleet/accounting.py):
    expert-labelled frames with the seed's, deployment success, autonomy, hand-overs, ROHE.
 
