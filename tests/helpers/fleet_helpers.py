@@ -4,8 +4,12 @@ import subprocess
 
 import zarr
 
+from collect.config import CollectConfig
 from collect_helpers import REPO
 from core.errors import CRASH_AT
+from train.checkpoint import open_checkpoint
+from train.fleet.deploy import Help, deploy_round
+from train.fleet.gates import GateOptions
 from train_helpers import QUICK, train_command, train_env
 
 
@@ -14,6 +18,15 @@ def columns(store_path, robot):
     group = zarr.open_group(store_path / f"robot_{robot:04d}.zarr", mode="r")
     return {name: group[f"data/{name}"][:].reshape(group["data/action"].shape[0], -1) for name in
             ("acted_by", "labelled", "action", "next.success")}, group["meta/episode_ends"][:], group.attrs
+
+
+
+def deployment(trained_run, out, mode="stall", help_steps=120, robots=4, episodes=2, operators=2, **gate):
+    """One deployment round of ``trained_run`` on ``robots`` x ``episodes`` pick-place robots into ``out``."""
+    config = CollectConfig(robots=robots, episodes=episodes, task="pick_place", out=str(out), seed=0,
+                           keep_failures=True, workers=2, quiet=True)
+    help = Help(mode, GateOptions(**{"stall_steps": 10, **gate}), segment_steps=15, operators=operators)
+    return deploy_round(config, str(open_checkpoint(trained_run).path), 1, help, help_steps, {"source": "test"})
 
 
 # one round of 4 robots x 2 episodes, 2 operators, 80 expert steps

@@ -28,7 +28,7 @@ from train.fleet.gates import GATES, GateOptions, ProgressTracker, Signals
 from train.fleet.labels import DeploymentLabels, autonomous_successes, labelled_runs, labelled_segments
 from train.fleet.operators import Operator, operator_groups, step_shares
 from fault_helpers import assert_one_line, exit_code_of
-from fleet_helpers import columns, fleet_learn, fleet_learn_arguments
+from fleet_helpers import columns, deployment, fleet_learn, fleet_learn_arguments
 from train.fleet_learn import fresh_round_steps, main as fleet_learn_main
 
 OPTIONS = GateOptions()
@@ -168,13 +168,6 @@ def test_an_expert_taking_over_a_robot_that_holds_the_cube_carries_it_on(task):
                 break
         assert min(grips[:10]) > 0 and info["is_success"], f"{task}: robot {robot.robot_id}"
         env.close()
-
-
-def deployment(trained_run, out, mode="stall", help_steps=120, robots=4, episodes=2, operators=2, **gate):
-    config = CollectConfig(robots=robots, episodes=episodes, task="pick_place", out=str(out), seed=0,
-                           keep_failures=True, workers=2, quiet=True)
-    help = Help(mode, GateOptions(**{"stall_steps": 10, **gate}), segment_steps=15, operators=operators)
-    return deploy_round(config, str(open_checkpoint(trained_run).path), 1, help, help_steps, {"source": "test"})
 
 
 @pytest.mark.slow
