@@ -11,6 +11,8 @@ evaluated as the BC figures it is compared with (issue 44).
                                                       # a fresh policy each round, deployed in the next
     .venv/bin/python -m experiments.fleet_learning --retrain fresh --round-epochs 70
                                                       # ... trained for 70 passes over the frames so far
+    .venv/bin/python -m experiments.fleet_learning --task push --retrain fresh --action-modes 2 --mode-actions ee_dz \
+        --n-action-steps 4                            # a mixture head over the height, 4 actions of a chunk
 
 ``--setting`` picks the defaults (``SETTINGS``): ``visuomotor``, the cnn from the front and
 wrist cameras and the arm's own state, seeded with docs/scaling.md's 27 x 10 visuomotor point;
@@ -41,7 +43,9 @@ policy, named for its episodes a robot: ``OUT/GATE_10x_continuous``, with its ow
 docs section and plot (``fleet_learning_10x_continuous``); so is ``--retrain fresh``
 (``OUT/GATE_fresh``, ``fleet_learning_fresh``; with ``--round-epochs 70``, ``OUT/GATE_fresh_70_epochs``),
 and ``--own-successes``, where the deployed episodes the policy succeeded in alone train too
-(``OUT/GATE_fresh_own_successes``).
+(``OUT/GATE_fresh_own_successes``). A policy head other than bc.py's default (``--action-modes``,
+``--mode-actions``, ``--n-action-steps``) gets a seed policy and arms of its own, named for it
+(``OUT/seed_policy_2_modes_ee_dz_4_action_steps``, ``OUT/stall_fresh_2_modes_ee_dz_4_action_steps``).
 
 Everything resumes: the collection carries on, fleet_learn.py does, a finished evaluation is
 kept. The results (accounts and evaluations per round) go to ``--results-dir/NAME.json``,
@@ -115,6 +119,14 @@ class FleetLearningConfig:
                 "frames so far, and at least --round-steps (fleet_learn.py --round-epochs; 0: --round-steps alone)"})
     own_successes: bool = field(default=False, metadata={
         "help": "also train on the deployed episodes the policy succeeded in alone (fleet_learn.py --own-successes)"})
+    action_modes: int = field(default=1, metadata={
+        "help": "the policy's head (train/bc.py --action-modes): 1 regresses the action chunk, K > 1 fits a mixture "
+                "of K modes and acts on the likeliest"})
+    mode_actions: tuple[str, ...] = field(default=(), metadata={
+        "help": "with --action-modes K > 1: the action dimensions the modes span (train/bc.py --mode-actions)"})
+    n_action_steps: int | None = field(default=None, metadata={
+        "help": "actions of each chunk executed before the next prediction, in deployment and evaluation "
+                "(train/bc.py --n-action-steps; default: the policy's, 8)"})
     round_lr: float = field(default=0.0, metadata={
         "help": "each round restarts the learning rate at this share of the peak (fleet_learn.py --round-lr; 0: it "
                 "carries on at the seed schedule's end, 10% of the peak)"})
@@ -152,6 +164,11 @@ class FleetLearningConfig:
                              "eval_robots", "eval_episodes", "workers"), lambda value: value >= 1,
                       "must be at least 1")
         check_round_epochs(self)
+        check_options(self, ("action_modes",), lambda value: value >= 1, "must be at least 1")
+        if self.mode_actions and self.action_modes < 2:
+            raise ValueError("--mode-actions needs --action-modes 2 or more")
+        if self.n_action_steps is not None:
+            check_options(self, ("n_action_steps",), lambda value: value >= 1, "must be at least 1")
         self.run_rounds = self.rounds if self.run_rounds is None else min(self.run_rounds, self.rounds)
 
     @property
@@ -172,6 +189,15 @@ class FleetLearningConfig:
         return (f"_{self.deploy_episodes}x_continuous" if self.continuous else "") + \
             (fresh if self.retrain == "fresh" else "") + ("_own_successes" if self.own_successes else "")
 
+    @property
+    def head(self) -> str:
+        """The policy's head and how many actions of a chunk it executes, as a name's suffix: empty for bc.py's
+        defaults, else ``_K_modes`` with the dimensions the modes span, and ``_N_action_steps``. The seed policy
+        and every arm carry it, so policies of another head never resume each other's checkpoints."""
+        modes = f"_{self.action_modes}_modes" + "".join(f"_{name}" for name in self.mode_actions) \
+            if self.action_modes > 1 else ""
+        return modes + (f"_{self.n_action_steps}_action_steps" if self.n_action_steps else "")
+
     def round_trained(self, run: Path, round: int) -> bool:
         """Whether ``run`` has finished round ``round``: accounted for it, and trained the round's steps (a fresh
         policy's from the expert-labelled frames the accounts count, as fleet_learn.py does)."""
@@ -185,15 +211,19 @@ class FleetLearningConfig:
 
     @property
     def name(self) -> str:
-        """The results' name (results file, docs section, plot): ``seed_name`` and the ``deployment`` suffix."""
-        return self.seed_name + self.deployment
+        """The results' name (results file, docs section, plot): ``seed_name``, the ``deployment`` suffix and the
+        ``head``'s."""
+        return self.seed_name + self.deployment + self.head
 
 
 def training_options(config: FleetLearningConfig) -> list[str]:
     """bc.py's options, the same for the seed policy and every round after it."""
     return ["--data", repo_relative(Path(config.out) / "seed"), "--policy", config.policy, "--inputs", config.inputs,
             "--hidden", *map(str, config.hidden), "--batch-size", str(config.batch_size), "--val-fraction", "0",
-            "--seed", str(config.seed)]
+            "--seed", str(config.seed),
+            *(["--action-modes", str(config.action_modes)] if config.action_modes > 1 else []),
+            *(["--mode-actions", *config.mode_actions] if config.mode_actions else []),
+            *(["--n-action-steps", str(config.n_action_steps)] if config.n_action_steps else [])]
 
 
 def torchrun(config: FleetLearningConfig, script: str) -> list[str]:
@@ -275,8 +305,8 @@ def round_checkpoint(run: Path, round: int) -> Path:
 
 def arm_directory(config: FleetLearningConfig, gate: str) -> Path:
     """Where one gate's run, deployed as ``config`` deploys, lives beside the seed: ``OUT/GATE`` and the
-    deployment suffix (``OUT/stall_10x_continuous``)."""
-    return Path(config.out) / f"{gate}{config.deployment}"
+    deployment and head suffixes (``OUT/stall_10x_continuous``, ``OUT/stall_fresh_2_modes_ee_dz``)."""
+    return Path(config.out) / f"{gate}{config.deployment}{config.head}"
 
 
 def run_gate(config: FleetLearningConfig, gate: str, clock: StageClock, seed_policy: Path) -> list[dict]:
@@ -312,13 +342,13 @@ def main(argv: list[str] | None = None) -> dict:
                "--out", repo_relative(seed_store), "--quiet"], out / "collect.log",
               done=collected(seed_store, config.seed_robots, config.seed_episodes))
     expert = evaluated(config, clock, "the expert", ["--expert", "--task", config.task], out / "eval_expert")
-    seed_policy = out / "seed_policy"
-    clock.run("seed_policy", "train the seed policy",
+    seed_policy = out / f"seed_policy{config.head}"
+    clock.run(seed_policy.name, "train the seed policy",
               [*torchrun(config, "train/bc.py"), *training_options(config), "--out", repo_relative(seed_policy),
-               "--max-steps", str(config.seed_steps)], out / "seed_policy.log", resumes=seed_policy.exists(),
+               "--max-steps", str(config.seed_steps)], out / f"{seed_policy.name}.log", resumes=seed_policy.exists(),
               done=trained_step(seed_policy) == config.seed_steps)
-    seed_evaluation = {"round": 0, **checkpoint_evaluated(config, clock, "seed_policy", seed_policy,
-                                                          out / "eval_seed_policy")}
+    seed_evaluation = {"round": 0, **checkpoint_evaluated(config, clock, seed_policy.name, seed_policy,
+                                                          out / f"eval_{seed_policy.name}")}
     runs = {}
     for gate in config.gates:
         evaluations = [seed_evaluation, *run_gate(config, gate, clock, seed_policy)] if config.run_rounds else \

@@ -71,10 +71,21 @@ def fresh_training(config: dict) -> str:
         else steps
 
 
+def head_words(config: dict) -> str:
+    """The policy's head and acting, where not bc.py's defaults, in words: ``, a mixture of 2 modes over ee_dz``,
+    ``, 4 actions of each chunk executed``."""
+    modes = f", a mixture of {config['action_modes']} modes" + \
+        (f" over {' '.join(config['mode_actions'])}" if config.get("mode_actions") else "") \
+        if config.get("action_modes", 1) > 1 else ""
+    return modes + (f", {config['n_action_steps']} actions of each chunk executed"
+                    if config.get("n_action_steps") else "")
+
+
 def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str:
     lines = [f"Measured on {machine_facts()['cores']} cores, code {machine_facts()['code_version']}: "
              f"{config['policy']} on {config['inputs']}"
-             + (f" ({' + '.join(config['cameras'])} at {config['image_size']} px)" if config['cameras'] else "") + ", "
+             + (f" ({' + '.join(config['cameras'])} at {config['image_size']} px)" if config['cameras'] else "")
+             + head_words(config) + ", "
              f"seed {config['seed_robots']} robots x {config['seed_episodes']} demonstrations; each round deploys on "
              f"{config['fleet_robots']} robots x {config['deploy_episodes']} episodes"
              + (" (continuously: a robot starts its next episode as soon as one ends)" if config.get("continuous")
@@ -163,7 +174,8 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
     write_section(Path(config.docs), config.name, f"## The recorded run ({config.setting}, {config.task}"
                   + (f", {config.deploy_episodes} episodes a robot each round, continuously" if config.continuous
                      else "") + (fresh if config.retrain == "fresh" else "")
-                  + (", learning from its own successes" if config.own_successes else "") + ")",
+                  + (", learning from its own successes" if config.own_successes else "")
+                  + head_words(config_dict) + ")",
                   markdown(config_dict, table, expert, command) + over_random
                   + f"\n\n![success against expert frames](media/{media.name})")
     best = max(table, key=lambda row: row["over_expert"])

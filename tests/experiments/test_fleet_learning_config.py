@@ -1,0 +1,38 @@
+"""experiments/fleet_learning.py's configuration: the policy's head reaches bc.py and names every output."""
+
+from pathlib import Path
+
+import pytest
+
+from core.options import parse_config
+from experiments.fleet_learning import FleetLearningConfig, arm_directory, training_options
+from experiments.fleet_learning_report import head_words
+from train.config import TrainConfig
+
+
+def test_a_head_reaches_bc_py_and_names_the_seed_policy_every_arm_and_the_results():
+    config = FleetLearningConfig(task="push", retrain="fresh", action_modes=2, mode_actions=("ee_dz",),
+                                 n_action_steps=4)
+    assert config.head == "_2_modes_ee_dz_4_action_steps"
+    assert config.name == "fleet_learning_push_fresh_2_modes_ee_dz_4_action_steps"
+    assert arm_directory(config, "stall") == Path("runs/fleet_learning_push/stall_fresh_2_modes_ee_dz_4_action_steps")
+    policy = parse_config(TrainConfig, "", [*training_options(config), "--out", "unused"]).policy
+    assert (policy.action_modes, policy.mode_actions, policy.n_action_steps) == (2, ("ee_dz",), 4)
+    assert head_words(vars(config)) == ", a mixture of 2 modes over ee_dz, 4 actions of each chunk executed"
+
+
+def test_bc_py_defaults_add_nothing_to_the_names_or_the_options():
+    config = FleetLearningConfig(task="push", retrain="fresh")
+    assert config.head == "" and config.name == "fleet_learning_push_fresh" and head_words(vars(config)) == ""
+    assert arm_directory(config, "stall") == Path("runs/fleet_learning_push/stall_fresh")
+    assert not {"--action-modes", "--mode-actions", "--n-action-steps"} & set(training_options(config))
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"mode_actions": ("ee_dz",)}, "--mode-actions needs --action-modes 2 or more"),
+    ({"action_modes": 0}, "must be at least 1"),
+    ({"n_action_steps": 0}, "must be at least 1"),
+])
+def test_a_head_that_cannot_be_trained_is_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        FleetLearningConfig(**options)
