@@ -19,13 +19,15 @@ from experiments.common import write_section
 from sim.fleet import SITES
 
 
-def bc_points(task: str, frames_per_demo: float, setting: str) -> dict[str, list[dict]]:
+def bc_points(task: str, frames_per_demo: float, setting: str, action_modes: int = 1,
+              mode_actions: tuple[str, ...] = ()) -> dict[str, list[dict]]:
     """BC's recorded points on ``task`` from ``setting``'s inputs (``state`` or ``visuomotor``): ``scaling``
-    (held-out robots) and ``full_run`` (the training robots on held-out seeds), each with expert-labelled frames
-    and success over the expert."""
+    (held-out robots) and ``full_run`` (the training robots on held-out seeds) for the regressing head, and
+    ``same_head``, the full run's for a mixture head of ``action_modes`` over ``mode_actions`` (none for the
+    regressing head); each with expert-labelled frames and success over the expert."""
     results = REPO / "experiments" / "results"
     suffix = "" if setting == "state" else f"_{setting}"
-    points: dict[str, list[dict]] = {"scaling": [], "full_run": []}
+    points: dict[str, list[dict]] = {"scaling": [], "full_run": [], "same_head": []}
     scaling = json.loads((results / f"scaling{suffix}.json").read_text())
     expert = scaling["experts"][task]["fleet"]["pc_success"]
     for point in scaling["points"]:
@@ -34,10 +36,14 @@ def bc_points(task: str, frames_per_demo: float, setting: str) -> dict[str, list
                                       "success": point["success"]["pc_success"] / expert})
     for row in json.loads((results / f"full_run{suffix}.json").read_text())["results"]:
         kind = row["policy"] if isinstance(row["policy"], str) else "mlp"  # the state full run names no kind
-        if row["task"] == task and kind in ("cnn", "mlp") and row.get("action_modes", 1) == 1:
+        if row["task"] != task or kind not in ("cnn", "mlp"):
+            continue
+        head = (row.get("action_modes") or 1, tuple(row.get("mode_actions") or ()))
+        series = "full_run" if head[0] == 1 else "same_head" if head == (action_modes, tuple(mode_actions)) else None
+        if series:
             demos = row["training_robots"] * row["training_episodes"]
-            points["full_run"].append({"demos": demos, "frames": round(demos * frames_per_demo),
-                                       "success": row["policy_over_expert"]})
+            points[series].append({"demos": demos, "frames": round(demos * frames_per_demo),
+                                   "success": row["policy_over_expert"]})
     return points
 
 
@@ -119,8 +125,9 @@ def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str
     return "\n".join(lines)
 
 
-def plot(table: list[dict], bc: dict[str, list[dict]], setting: str, path: Path) -> None:
-    """Success over the expert against expert-labelled frames: each gate's rounds beside BC's points."""
+def plot(table: list[dict], bc: dict[str, list[dict]], setting: str, head: str, path: Path) -> None:
+    """Success over the expert against expert-labelled frames: each gate's rounds beside BC's points (``head``,
+    in words, names the mixture head of ``bc["same_head"]``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -128,8 +135,11 @@ def plot(table: list[dict], bc: dict[str, list[dict]], setting: str, path: Path)
 
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for name, marker, label in (("scaling", "s", "BC, scaling sweep (held-out robots)"),
-                                ("full_run", "D", f"BC, the {setting} full run (robots 0-49)")):
+                                ("full_run", "D", f"BC, the {setting} full run (robots 0-49)"),
+                                ("same_head", "*", f"BC{head}, the {setting} full run (robots 0-49)")):
         points = sorted(bc[name], key=lambda p: p["frames"])
+        if not points:
+            continue
         axes.plot([p["frames"] for p in points], [p["success"] for p in points], marker=marker, linestyle=":",
                   label=label)
     for gate in dict.fromkeys(row["gate"] for row in table):
@@ -158,7 +168,8 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
     """Write the results file, the docs table and the plot; the results."""
     seed_frames = next(iter(runs.values()))["accounts"][0]["labelled_so_far"]
     inputs = "visuomotor" if config.cameras else "state"
-    bc = bc_points(config.task, seed_frames / (config.seed_robots * config.seed_episodes), inputs)
+    bc = bc_points(config.task, seed_frames / (config.seed_robots * config.seed_episodes), inputs,
+                   config.action_modes, config.mode_actions)
     table = rows(runs, expert)
     config_dict = asdict(config)
     media = Path(config.media) / f"{config.name}_{config.task}.png"
@@ -166,7 +177,8 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
               "expert": expert["fleet"], "rows": table, "rohe_over_random": rohe_over_random(table), "bc": bc,
               "runs": runs, "seconds": seconds, "plot": str(media)}
     write_results(config.name, result, Path(config.results_dir))
-    plot(table, bc, inputs, media)
+    bc_head = head_words({"action_modes": config.action_modes, "mode_actions": config.mode_actions})
+    plot(table, bc, inputs, bc_head, media)
     ratios = ", ".join(f"{gate} {ratio:.2f}" for gate, ratio in result["rohe_over_random"].items() if gate != "random")
     over_random = f"\n\nROHE over all rounds, over the random gate's: {ratios}." if ratios else ""
     fresh = ", a fresh policy each round" + (f" for {config.round_epochs:g} passes over its data"

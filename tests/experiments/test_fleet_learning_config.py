@@ -1,12 +1,14 @@
 """experiments/fleet_learning.py's configuration: the policy's head reaches bc.py and names every output."""
 
+import json
 from pathlib import Path
 
 import pytest
 
+from core.files import REPO
 from core.options import parse_config
 from experiments.fleet_learning import FleetLearningConfig, arm_directory, training_options
-from experiments.fleet_learning_report import head_words
+from experiments.fleet_learning_report import bc_points, head_words
 from train.config import TrainConfig
 
 
@@ -36,3 +38,15 @@ def test_bc_py_defaults_add_nothing_to_the_names_or_the_options():
 def test_a_head_that_cannot_be_trained_is_refused(options, message):
     with pytest.raises(ValueError, match=message):
         FleetLearningConfig(**options)
+
+
+def test_bc_points_keep_each_head_in_its_own_series():
+    rows = [row for row in json.loads((REPO / "experiments/results/full_run_visuomotor.json").read_text())["results"]
+            if row["task"] == "push" and row["policy"] == "cnn"]
+    regressing = [row["policy_over_expert"] for row in rows if (row.get("action_modes") or 1) == 1]
+    mixture = [row["policy_over_expert"] for row in rows if row.get("action_modes") == 2
+               and row.get("mode_actions") == ["ee_dz"]]
+    with_head = bc_points("push", 40.0, "visuomotor", 2, ("ee_dz",))
+    assert [point["success"] for point in with_head["full_run"]] == regressing
+    assert [point["success"] for point in with_head["same_head"]] == mixture
+    assert bc_points("push", 40.0, "visuomotor")["same_head"] == []
