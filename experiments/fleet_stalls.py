@@ -37,8 +37,7 @@ from dataset.episodes import select_episodes
 from train.fleet.labels import EXPERT
 
 KINDS = ("bobbing beside the object", "still beside the object", "away from the object")
-HAND_XY, HAND_Z = slice(13, 15), 15  # observation.state: ee_x, ee_y; ee_z
-OBJECT_XY = slice(0, 2)  # observation.environment_state: object_x, object_y
+HAND, OBJECT = ("ee_x", "ee_y", "ee_z"), ("object_x", "object_y")  # the columns read, by their feature names
 
 
 @dataclass
@@ -77,8 +76,21 @@ def stall_kind(hand_xy: np.ndarray, hand_z: np.ndarray, object_xy: np.ndarray, c
     return KINDS[0] if height_turns(hand_z, config.travel) >= 2 else KINDS[1]
 
 
-def round_stalls(store: FleetStore, config: FleetStallsConfig) -> dict:
-    """Episodes, hand-overs and hand-overs of each kind in one round store."""
+def columns(store: FleetStore, directory: str) -> tuple[list[int], list[int]]:
+    """Where the hand (x, y, z) sits in ``observation.state`` and the object (x, y) in
+    ``observation.environment_state``, from the store's features; a one-line error for a store that is not a
+    fleet-learning round of a task with an object."""
+    features = (store.manifest or {}).get("features", {})
+    state = features.get("observation.state", {}).get("names", [])
+    environment = features.get("observation.environment_state", {}).get("names", [])
+    if "acted_by" not in features or not set(HAND) <= set(state) or not set(OBJECT) <= set(environment):
+        fail(f"{directory} is not a fleet-learning round of a task with an object (no acted_by, ee_x or object_x)")
+    return [state.index(name) for name in HAND], [environment.index(name) for name in OBJECT]
+
+
+def round_stalls(store: FleetStore, hand: list[int], object_xy: list[int], config: FleetStallsConfig) -> dict:
+    """Episodes, hand-overs and hand-overs of each kind in one round store (``hand`` and ``object_xy``: the
+    columns of ``columns``)."""
     kinds, episodes = Counter(), 0
     for episode in select_episodes([store], success=None):
         episodes += 1
@@ -90,7 +102,7 @@ def round_stalls(store: FleetStore, config: FleetStallsConfig) -> dict:
         start, stop = episode.start + max(0, taken_over[0] - config.window), episode.start + taken_over[0]
         state = read_rows(shard, "data/observation.state", start, stop)
         environment = read_rows(shard, "data/observation.environment_state", start, stop)
-        kinds[stall_kind(state[:, HAND_XY], state[:, HAND_Z], environment[:, OBJECT_XY], config)] += 1
+        kinds[stall_kind(state[:, hand[:2]], state[:, hand[2]], environment[:, object_xy], config)] += 1
     return {"episodes": episodes, "hand_overs": sum(kinds.values()), "kinds": {kind: kinds[kind] for kind in KINDS}}
 
 
@@ -103,10 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
             store = FleetStore.open(directory)
         except (FileNotFoundError, ValueError) as error:
             fail(str(error))
-        names = store.manifest["features"]["observation.environment_state"]["names"] if store.manifest else []
-        if names[:2] != ["object_x", "object_y"] or "data/acted_by" not in store.shards[store.robots[0]].group:
-            fail(f"{directory} is not a fleet-learning round of a task with an object (no acted_by or object_x)")
-        row = {"round": repo_relative(directory), **round_stalls(store, config)}
+        row = {"round": repo_relative(directory), **round_stalls(store, *columns(store, directory), config)}
         rows.append(row)
         shares = ", ".join(f"{kind} {count} ({100 * count / max(row['hand_overs'], 1):.0f}%)"
                            for kind, count in row["kinds"].items())
