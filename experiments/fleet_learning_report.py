@@ -177,6 +177,7 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
               "expert": expert["fleet"], "rows": table, "rohe_over_random": rohe_over_random(table), "bc": bc,
               "runs": runs, "seconds": seconds, "plot": str(media)}
     write_results(config.name, result, Path(config.results_dir))
+    # the head alone: BC's full-run points act at bc.py's default chunk, whatever this run executes
     bc_head = head_words({"action_modes": config.action_modes, "mode_actions": config.mode_actions})
     plot(table, bc, inputs, bc_head, media)
     ratios = ", ".join(f"{gate} {ratio:.2f}" for gate, ratio in result["rohe_over_random"].items() if gate != "random")
