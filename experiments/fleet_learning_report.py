@@ -17,14 +17,16 @@ from benchmarks.common import machine_facts, write_results
 from core.files import REPO
 from experiments.common import write_section
 from sim.fleet import SITES
+from train.policies.options import PolicyOptions
 
 
 def bc_points(task: str, frames_per_demo: float, setting: str, action_modes: int = 1,
-              mode_actions: tuple[str, ...] = ()) -> dict[str, list[dict]]:
+              mode_actions: tuple[str, ...] = (), n_action_steps: int | None = None) -> dict[str, list[dict]]:
     """BC's recorded points on ``task`` from ``setting``'s inputs (``state`` or ``visuomotor``): ``scaling``
-    (held-out robots) and ``full_run`` (the training robots on held-out seeds) for the regressing head, and
-    ``same_head``, the full run's for a mixture head of ``action_modes`` over ``mode_actions`` (none for the
-    regressing head); each with expert-labelled frames and success over the expert."""
+    (held-out robots) and ``full_run`` (the training robots on held-out seeds) for the regressing head at bc.py's
+    default acting, and ``same_head``, the training robots' points for the run's own head and acting where those
+    differ: the full run's and the ``bc_curve`` points of any results file; each with expert-labelled frames and
+    success over the expert."""
     results = REPO / "experiments" / "results"
     suffix = "" if setting == "state" else f"_{setting}"
     points: dict[str, list[dict]] = {"scaling": [], "full_run": [], "same_head": []}
@@ -34,16 +36,28 @@ def bc_points(task: str, frames_per_demo: float, setting: str, action_modes: int
         if point["task"] == task:
             points["scaling"].append({"demos": point["demos"], "frames": point["frames"],
                                       "success": point["success"]["pc_success"] / expert})
+    default_acting = PolicyOptions.n_action_steps
+    run_head = (action_modes, tuple(mode_actions), n_action_steps or default_acting)
+    same_head = {}  # by demonstrations: a curve's counted frames replace the full run's estimate
     for row in json.loads((results / f"full_run{suffix}.json").read_text())["results"]:
         kind = row["policy"] if isinstance(row["policy"], str) else "mlp"  # the state full run names no kind
         if row["task"] != task or kind not in ("cnn", "mlp"):
             continue
-        head = (row.get("action_modes") or 1, tuple(row.get("mode_actions") or ()))
-        series = "full_run" if head[0] == 1 else "same_head" if head == (action_modes, tuple(mode_actions)) else None
-        if series:
-            demos = row["training_robots"] * row["training_episodes"]
-            points[series].append({"demos": demos, "frames": round(demos * frames_per_demo),
-                                   "success": row["policy_over_expert"]})
+        head = (row.get("action_modes") or 1, tuple(row.get("mode_actions") or ()), default_acting)
+        demos = row["training_robots"] * row["training_episodes"]
+        point = {"demos": demos, "frames": round(demos * frames_per_demo), "success": row["policy_over_expert"]}
+        if head[0] == 1:
+            points["full_run"].append(point)
+        elif head == run_head:
+            same_head[demos] = point
+    if run_head != (1, (), default_acting):
+        for path in sorted(results.glob("*.json")):
+            for point in json.loads(path.read_text()).get("bc_curve", []):
+                head = (point["action_modes"], tuple(point["mode_actions"]), point["n_action_steps"])
+                if (point["task"], point["inputs"], head) == (task, setting, run_head):
+                    same_head[point["demos"]] = {"demos": point["demos"], "frames": point["frames"],
+                                                 "success": point["over_expert"]}
+    points["same_head"] = [same_head[demos] for demos in sorted(same_head)]
     return points
 
 
@@ -127,7 +141,7 @@ def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str
 
 def plot(table: list[dict], bc: dict[str, list[dict]], setting: str, head: str, path: Path) -> None:
     """Success over the expert against expert-labelled frames: each gate's rounds beside BC's points (``head``,
-    in words, names the mixture head of ``bc["same_head"]``)."""
+    in words, names the head and acting of ``bc["same_head"]``: the run's own)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -136,7 +150,7 @@ def plot(table: list[dict], bc: dict[str, list[dict]], setting: str, head: str, 
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for name, marker, label in (("scaling", "s", "BC, scaling sweep (held-out robots)"),
                                 ("full_run", "D", f"BC, the {setting} full run (robots 0-49)"),
-                                ("same_head", "*", f"BC{head}, the {setting} full run (robots 0-49)")):
+                                ("same_head", "*", f"BC{head} (robots 0-49)")):
         points = sorted(bc[name], key=lambda p: p["frames"])
         if not points:
             continue
@@ -169,7 +183,7 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
     seed_frames = next(iter(runs.values()))["accounts"][0]["labelled_so_far"]
     inputs = "visuomotor" if config.cameras else "state"
     bc = bc_points(config.task, seed_frames / (config.seed_robots * config.seed_episodes), inputs,
-                   config.action_modes, config.mode_actions)
+                   config.action_modes, config.mode_actions, config.n_action_steps)
     table = rows(runs, expert)
     config_dict = asdict(config)
     media = Path(config.media) / f"{config.name}_{config.task}.png"
@@ -177,9 +191,7 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
               "expert": expert["fleet"], "rows": table, "rohe_over_random": rohe_over_random(table), "bc": bc,
               "runs": runs, "seconds": seconds, "plot": str(media)}
     write_results(config.name, result, Path(config.results_dir))
-    # the head alone: BC's full-run points act at bc.py's default chunk, whatever this run executes
-    bc_head = head_words({"action_modes": config.action_modes, "mode_actions": config.mode_actions})
-    plot(table, bc, inputs, bc_head, media)
+    plot(table, bc, inputs, head_words(config_dict), media)
     ratios = ", ".join(f"{gate} {ratio:.2f}" for gate, ratio in result["rohe_over_random"].items() if gate != "random")
     over_random = f"\n\nROHE over all rounds, over the random gate's: {ratios}." if ratios else ""
     fresh = ", a fresh policy each round" + (f" for {config.round_epochs:g} passes over its data"

@@ -40,13 +40,24 @@ def test_a_head_that_cannot_be_trained_is_refused(options, message):
         FleetLearningConfig(**options)
 
 
-def test_bc_points_keep_each_head_in_its_own_series():
-    rows = [row for row in json.loads((REPO / "experiments/results/full_run_visuomotor.json").read_text())["results"]
+def test_bc_points_keep_each_head_and_acting_in_its_own_series():
+    results = REPO / "experiments/results"
+    rows = [row for row in json.loads((results / "full_run_visuomotor.json").read_text())["results"]
             if row["task"] == "push" and row["policy"] == "cnn"]
     regressing = [row["policy_over_expert"] for row in rows if (row.get("action_modes") or 1) == 1]
-    mixture = [row["policy_over_expert"] for row in rows if row.get("action_modes") == 2
-               and row.get("mode_actions") == ["ee_dz"]]
-    with_head = bc_points("push", 40.0, "visuomotor", 2, ("ee_dz",))
-    assert [point["success"] for point in with_head["full_run"]] == regressing
-    assert [point["success"] for point in with_head["same_head"]] == mixture
+    curve = json.loads((results / "push_height_branch.json").read_text())["bc_curve"]
+
+    def curve_points(n_action_steps):
+        return sorted((point["demos"], point["frames"], point["over_expert"]) for point in curve
+                      if point["action_modes"] == 2 and point["n_action_steps"] == n_action_steps)
+
+    at_default = bc_points("push", 40.0, "visuomotor", 2, ("ee_dz",))
+    assert [point["success"] for point in at_default["full_run"]] == regressing
+    # the full run's mixture point (1,000 demonstrations, 0.914) is the curve's, with its frames counted
+    assert [(p["demos"], p["frames"], p["success"]) for p in at_default["same_head"]] == curve_points(8)
+    assert (1000, 37822, 0.914) in curve_points(8)
+    at_four = bc_points("push", 40.0, "visuomotor", 2, ("ee_dz",), n_action_steps=4)
+    assert [(p["demos"], p["frames"], p["success"]) for p in at_four["same_head"]] == curve_points(4)
+    assert len(curve_points(4)) == 4
     assert bc_points("push", 40.0, "visuomotor")["same_head"] == []
+    assert bc_points("push", 40.0, "visuomotor", n_action_steps=8)["same_head"] == []
