@@ -4,7 +4,9 @@ Behaviour cloning's points come from the results of the runs they were measured 
 visuomotor scaling sweep (experiments/results/scaling_visuomotor.json: held-out robots,
 frames counted) and the visuomotor full run (full_run_visuomotor.json: robots 0..49 on
 held-out seeds, the evaluation fleet learning repeats; its frames are estimated as
-demonstrations x the seed collection's mean demonstration length, which the same expert made).
+demonstrations x the seed collection's mean demonstration length, which the same expert made),
+and, for a run with another head or acting than bc.py's defaults, the ``bc_curve`` points of any
+results file with that head and acting (push_height_branch.json's: frames counted).
 """
 
 from __future__ import annotations
