@@ -21,15 +21,19 @@ collected with the ``front`` camera, which needs MuJoCo's EGL rendering on that 
 ``--variants`` runs some of them; ``--rounds`` runs them all once per round, back to back,
 and keeps every round's samples/s beside the fastest round's figures (a launch-bound step
 varies from run to run). ``--name`` names the results file and the table (default gpu_paths).
+Each run's figures land in RESULTS/<name>.progress.json as it ends, so a job cut short by a
+machine's time limit leaves what it measured, and the same command run again carries on.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import sim  # noqa: F401  (first: it selects headless rendering before mujoco loads)
 
@@ -39,6 +43,7 @@ from benchmarks.common import benchmark_parser, job_options, machine_facts, publ
 from benchmarks.train_speed import measured_windows, start_training, window_figures
 from collect import CollectConfig
 from collect.engine import run_collection
+from core.files import write_json_atomic
 from train.checkpoint import load_policy
 from train.comm.comm_hooks import COMM_HOOKS
 
@@ -87,6 +92,30 @@ def fastest_round(rounds: list[dict]) -> dict:
     return best | {"round_samples_per_s": [figures["samples_per_s"] if figures["ok"] else None for figures in rounds]}
 
 
+def run_rounds(args: argparse.Namespace, run_one: Callable[[int, int, str], dict]) -> list[dict]:
+    """``args.rounds`` rounds of every variant, back to back: ``rounds[r][name]`` is ``run_one(r, index, name)``.
+
+    Each run's figures are kept in RESULTS/<name>.progress.json as soon as it ends. A rerun of the same job
+    carries on after the last run kept (a different job starts afresh); the file goes once every round is done."""
+    progress = args.results_dir / f"{args.name}.progress.json"
+    job = json.loads(json.dumps(job_options(args), default=str))
+    kept = json.loads(progress.read_text()) if progress.exists() else {}
+    rounds = kept["rounds"] if kept.get("job") == job else []
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    for round_index in range(args.rounds):
+        if round_index == len(rounds):
+            rounds.append({})
+        for index, name in enumerate(args.variants):
+            if name in rounds[round_index]:
+                print(f"round {round_index + 1}/{args.rounds}", name, "kept from an earlier run", flush=True)
+                continue
+            rounds[round_index][name] = run_one(round_index, index, name)
+            print(f"round {round_index + 1}/{args.rounds}", name, rounds[round_index][name], flush=True)
+            write_json_atomic(progress, {"job": job, "rounds": rounds})
+    progress.unlink(missing_ok=True)
+    return rounds
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = benchmark_parser(__doc__)
     parser.add_argument("--robots", type=int, default=20)
@@ -116,14 +145,12 @@ def main(argv: list[str] | None = None) -> dict:
         if args.image_data is None and any(VARIANTS[name][0] == "image" for name in args.variants):
             run_collection(CollectConfig(robots=4, episodes=4, task=args.task, cameras=("front",),
                                          out=str(data["image"]), quiet=True))
-        rounds = []
-        for round_index in range(args.rounds):
-            rounds.append({})
-            for index, name in enumerate(args.variants):
-                kind, torchrun, options = VARIANTS[name]
-                rounds[-1][name] = run_variant(data[kind], work / f"run{round_index}_{index}", torchrun, options,
-                                               args.steps, args.log_interval)
-                print(f"round {round_index + 1}/{args.rounds}", name, rounds[-1][name], flush=True)
+        def run_one(round_index: int, index: int, name: str) -> dict:
+            kind, torchrun, options = VARIANTS[name]
+            return run_variant(data[kind], work / f"run{round_index}_{index}", torchrun, options, args.steps,
+                               args.log_interval)
+
+        rounds = run_rounds(args, run_one)
     finally:
         shutil.rmtree(work)
     results = {name: fastest_round([r[name] for r in rounds]) for name in args.variants}

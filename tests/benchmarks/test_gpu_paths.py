@@ -1,4 +1,8 @@
-"""benchmarks/gpu_paths.py: its runner on CPU (the GPU runs are recorded in benchmarks/README.md), its refusals."""
+"""benchmarks/gpu_paths.py: its runner on CPU (the GPU runs are recorded in benchmarks/README.md), its refusals, its
+rounds kept as they land."""
+
+import argparse
+import json
 
 import pytest
 import torch
@@ -48,3 +52,34 @@ def test_rounds_keep_the_fastest_run_and_every_rounds_rate():
     assert gpu_paths.fastest_round([slow]) == slow
     assert gpu_paths.fastest_round([failed, failed]) == failed
     assert {"act ddp", "diffusion ddp"} <= set(gpu_paths.VARIANTS) and gpu_paths.VARIANTS["act ddp"][1]  # torchrun
+
+
+def test_each_run_lands_as_it_ends_and_the_same_job_carries_on_after_the_last_kept(tmp_path):
+    args = argparse.Namespace(variants=["mlp", "act"], rounds=2, steps=200, name="cost", results_dir=tmp_path,
+                              tables=None, out=None)
+    progress = tmp_path / "cost.progress.json"
+
+    def cut_short(round_index, index, name):  # a machine's time limit ends the job in round 2's first run
+        if round_index == 1:
+            raise TimeoutError
+        return {"ok": True, "samples_per_s": 10.0 * (index + 1)}
+
+    with pytest.raises(TimeoutError):
+        gpu_paths.run_rounds(args, cut_short)
+    kept = json.loads(progress.read_text())
+    assert kept["rounds"] == [{"mlp": {"ok": True, "samples_per_s": 10.0}, "act": {"ok": True, "samples_per_s": 20.0}}]
+
+    calls, figures = [], {"ok": True, "samples_per_s": 1.0}
+
+    def counted(round_index, index, name):
+        calls.append((round_index, name))
+        return figures
+
+    rounds = gpu_paths.run_rounds(args, counted)
+    assert calls == [(1, "mlp"), (1, "act")]
+    assert rounds == [kept["rounds"][0], {"mlp": figures, "act": figures}]
+    assert not progress.exists()
+
+    progress.write_text(json.dumps(kept))  # kept by another job (other steps): that one starts afresh
+    gpu_paths.run_rounds(argparse.Namespace(**vars(args) | {"steps": 100}), counted)
+    assert len(calls) == 2 + 4
