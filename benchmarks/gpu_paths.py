@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
         if args.image_data is None and any(VARIANTS[name][0] == "image" for name in args.variants):
             run_collection(CollectConfig(robots=4, episodes=4, task=args.task, cameras=("front",),
                                          out=str(data["image"]), quiet=True))
+
         def run_one(round_index: int, index: int, name: str) -> dict:
             kind, torchrun, options = VARIANTS[name]
             return run_variant(data[kind], work / f"run{round_index}_{index}", torchrun, options, args.steps,
