@@ -182,11 +182,13 @@ class FleetLearningConfig:
     @property
     def deployment(self) -> str:
         """How each round deploys and retrains, as a name's suffix: empty in waves, ``_Nx_continuous`` for N
-        episodes a robot deployed continuously; then ``_fresh`` where each round trains a fresh policy
-        (``_fresh_E_epochs`` for --round-epochs E), and ``_own_successes`` where the policy's own successes train
-        too."""
+        episodes a robot deployed continuously, and ``_S_step_hand_overs`` for hand-overs of another length than
+        the setting's; then ``_fresh`` where each round trains a fresh policy (``_fresh_E_epochs`` for
+        --round-epochs E), and ``_own_successes`` where the policy's own successes train too."""
         fresh = "_fresh" + (f"_{self.round_epochs:g}_epochs" if self.round_epochs else "")
-        return (f"_{self.deploy_episodes}x_continuous" if self.continuous else "") + \
+        hand_overs = f"_{self.segment_steps}_step_hand_overs" \
+            if self.segment_steps != SETTINGS[self.setting]["segment_steps"] else ""
+        return (f"_{self.deploy_episodes}x_continuous" if self.continuous else "") + hand_overs + \
             (fresh if self.retrain == "fresh" else "") + ("_own_successes" if self.own_successes else "")
 
     @property

@@ -30,6 +30,14 @@ def test_bc_py_defaults_add_nothing_to_the_names_or_the_options():
     assert not {"--action-modes", "--mode-actions", "--n-action-steps"} & set(training_options(config))
 
 
+def test_hand_overs_of_another_length_than_the_settings_are_an_arm_of_their_own():
+    assert FleetLearningConfig(task="push", retrain="fresh", segment_steps=40).deployment == "_fresh"
+    shorter = FleetLearningConfig(task="push", retrain="fresh", segment_steps=10)
+    assert shorter.deployment == "_10_step_hand_overs_fresh"
+    assert arm_directory(shorter, "stall") == Path("runs/fleet_learning_push/stall_10_step_hand_overs_fresh")
+    assert FleetLearningConfig(setting="budget", segment_steps=15).deployment == ""
+
+
 @pytest.mark.parametrize("options, message", [
     ({"mode_actions": ("ee_dz",)}, "--mode-actions needs --action-modes 2 or more"),
     ({"action_modes": 0}, "must be at least 1"),
