@@ -186,10 +186,14 @@ class FleetLearningConfig:
         the setting's; then ``_fresh`` where each round trains a fresh policy (``_fresh_E_epochs`` for
         --round-epochs E), and ``_own_successes`` where the policy's own successes train too."""
         fresh = "_fresh" + (f"_{self.round_epochs:g}_epochs" if self.round_epochs else "")
-        hand_overs = f"_{self.segment_steps}_step_hand_overs" \
-            if self.segment_steps != SETTINGS[self.setting]["segment_steps"] else ""
-        return (f"_{self.deploy_episodes}x_continuous" if self.continuous else "") + hand_overs + \
+        return (f"_{self.deploy_episodes}x_continuous" if self.continuous else "") + self.hand_overs + \
             (fresh if self.retrain == "fresh" else "") + ("_own_successes" if self.own_successes else "")
+
+    @property
+    def hand_overs(self) -> str:
+        """``_S_step_hand_overs`` where hand-overs last at most S steps, not the setting's; else empty."""
+        return f"_{self.segment_steps}_step_hand_overs" \
+            if self.segment_steps != SETTINGS[self.setting]["segment_steps"] else ""
 
     @property
     def head(self) -> str:

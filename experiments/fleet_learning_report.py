@@ -12,6 +12,7 @@ results file with that head and acting (push_height_branch.json's: frames counte
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 from pathlib import Path
 
@@ -63,8 +64,29 @@ def bc_points(task: str, frames_per_demo: float, setting: str, action_modes: int
     return points
 
 
-def rows(runs: dict, expert: dict) -> list[dict]:
-    """One row per gate and round: expert-labelled frames so far, evaluation, deployment accounts."""
+def bc_frames_for(success: float, points: list[dict]) -> float | None:
+    """The expert-labelled frames BC needs for ``success`` (over the expert), read off its ``points`` as a power law
+    in the error (1 - success) between the two neighbouring points that bracket it; None outside the curve."""
+    points = sorted(points, key=lambda point: point["frames"])
+    for low, high in zip(points, points[1:]):
+        if low["success"] <= success <= high["success"]:
+            if success == high["success"]:
+                return float(high["frames"])
+            errors = [max(1.0 - value, 1e-3) for value in (low["success"], high["success"], success)]
+            exponent = math.log(high["frames"] / low["frames"]) / math.log(errors[1] / errors[0])
+            return low["frames"] * (errors[2] / errors[0]) ** exponent
+    return None
+
+
+def goal_curve(bc: dict[str, list[dict]]) -> list[dict]:
+    """The BC points a run's goal is measured against: the run's own head and acting where recorded, else the full
+    run's (the same robots and held-out seeds as the rounds' evaluation)."""
+    return bc["same_head"] or bc["full_run"]
+
+
+def rows(runs: dict, expert: dict, curve: list[dict]) -> list[dict]:
+    """One row per gate and round: expert-labelled frames so far, evaluation, deployment accounts, and the frames
+    BC needs for the same success on ``curve`` (``bc_frames``; None off the curve) with the round's share of them."""
     table = []
     for gate, run in runs.items():
         accounts = {account["round"]: account for account in run["accounts"]}
@@ -78,6 +100,10 @@ def rows(runs: dict, expert: dict) -> list[dict]:
                                        if site in evaluation["per_site"]},
                           "deployment": {key: account.get(key) for key in
                                          ("episodes", "success", "autonomy", "handovers", "labelled", "rohe")}})
+            needed = bc_frames_for(table[-1]["over_expert"], curve)
+            table[-1]["bc_frames"] = needed and round(needed)
+            table[-1]["share_of_bc"] = account.get("labelled_so_far") / needed \
+                if needed and account.get("labelled_so_far") else None
             if "held_out" in evaluation and "held_out" in expert:
                 held_out = evaluation["held_out"]["fleet"]
                 table[-1]["held_out"] = {"success": held_out["pc_success"], "ci95": held_out["ci95"],
@@ -125,8 +151,8 @@ def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str
                 f"{expert['held_out']['fleet']['pc_success']:.1f}%)" if "held_out" in expert else "") + ".",
              "", "```bash", command, "```", "",
              "| gate | round | steps | expert-labelled frames | success [95%] | over expert | office | warehouse | "
-             "factory | held-out robots [95%] | deployment success | autonomy | hand-overs | ROHE |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "factory | held-out robots [95%] | BC needs (share) | deployment success | autonomy | hand-overs | ROHE |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in table:
         deployment = row["deployment"]
         shown = (f"{deployment['success']:.0%} | {deployment['autonomy']:.0%} | {deployment['handovers']} | "
@@ -135,9 +161,10 @@ def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str
         held_out = row.get("held_out")
         held_out = f"{held_out['success']:.1f}% [{held_out['ci95'][0]:.0f}, {held_out['ci95'][1]:.0f}]" if held_out \
             else "-"
+        needed = f"{row['bc_frames']:,} ({row['share_of_bc']:.0%})" if row.get("share_of_bc") else "-"
         lines.append(f"| {row['gate']} | {row['round']} | {row['step']} | {row['labelled_so_far']} | "
                      f"{row['success']:.1f}% [{row['ci95'][0]:.0f}, {row['ci95'][1]:.0f}] | {row['over_expert']:.2f} | "
-                     f"{sites} | {held_out} | {shown} |")
+                     f"{sites} | {held_out} | {needed} | {shown} |")
     return "\n".join(lines)
 
 
@@ -186,7 +213,7 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
     inputs = "visuomotor" if config.cameras else "state"
     bc = bc_points(config.task, seed_frames / (config.seed_robots * config.seed_episodes), inputs,
                    config.action_modes, config.mode_actions, config.n_action_steps)
-    table = rows(runs, expert)
+    table = rows(runs, expert, goal_curve(bc))
     config_dict = asdict(config)
     media = Path(config.media) / f"{config.name}_{config.task}.png"
     result = {"experiment": config.name, "machine": machine_facts(), "config": config_dict, "command": command,
@@ -200,7 +227,8 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
                                              if config.round_epochs else "")
     write_section(Path(config.docs), config.name, f"## The recorded run ({config.setting}, {config.task}"
                   + (f", {config.deploy_episodes} episodes a robot each round, continuously" if config.continuous
-                     else "") + (fresh if config.retrain == "fresh" else "")
+                     else "") + (f", hand-overs of up to {config.segment_steps} steps" if config.hand_overs else "")
+                  + (fresh if config.retrain == "fresh" else "")
                   + (", learning from its own successes" if config.own_successes else "")
                   + head_words(config_dict) + ")",
                   markdown(config_dict, table, expert, command) + over_random

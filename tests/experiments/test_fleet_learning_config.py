@@ -8,7 +8,7 @@ import pytest
 from core.files import REPO
 from core.options import parse_config
 from experiments.fleet_learning import FleetLearningConfig, arm_directory, training_options
-from experiments.fleet_learning_report import bc_points, head_words
+from experiments.fleet_learning_report import bc_frames_for, bc_points, goal_curve, head_words
 from train.config import TrainConfig
 
 
@@ -69,3 +69,13 @@ def test_bc_points_keep_each_head_and_acting_in_its_own_series():
     assert (1000, 37822, 0.966) in curve_points(4)  # the same demonstrations, replanning every 4 actions
     assert bc_points("push", 40.0, "visuomotor")["same_head"] == []
     assert bc_points("push", 40.0, "visuomotor", n_action_steps=8)["same_head"] == []
+
+
+def test_bc_frames_for_a_success_are_read_off_the_curve_between_its_neighbours():
+    curve = goal_curve(bc_points("push", 40.0, "visuomotor", 2, ("ee_dz",), n_action_steps=4))
+    assert bc_frames_for(0.966, curve) == 37822  # a recorded point is its own frames
+    assert round(bc_frames_for(0.96, curve), -2) == 33800  # docs/fleet_learning.md's round 8: 37% of it
+    assert bc_frames_for(0.2, curve) is None and bc_frames_for(0.995, curve) is None  # off the curve
+    needs = [bc_frames_for(success, curve) for success in (0.5, 0.7, 0.9, 0.95, 0.98)]
+    assert needs == sorted(needs)  # more success, more frames
+    assert goal_curve(bc_points("push", 40.0, "visuomotor")) == bc_points("push", 40.0, "visuomotor")["full_run"]
