@@ -185,6 +185,8 @@ def test_a_deployment_round_records_who_acted_within_the_help_budget(trained_run
         acted_total += int(data["acted_by"].sum())
         for episode, (start, end) in enumerate(zip([0, *ends[:-1]], ends)):
             per_group.setdefault((robot % 2, episode), []).append(data["acted_by"][start:end, 0])
+            # a hand-over lasts its segment at most: a robot handed back gets a fresh start before it can ask again
+            assert all(stop - begin <= 15 for begin, stop in labelled_runs(data["acted_by"][start:end, 0] > 0))
     ledgers = [json.loads(path.read_text()) for path in sorted((out / LEDGERS).glob("group_*.json"))]
     assert acted_total == sum(sum(ledger.values()) for ledger in ledgers) and 0 < acted_total <= 120
     for acted in per_group.values():  # robots of one group step in lockstep: one expert at each step at most

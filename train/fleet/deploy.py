@@ -180,11 +180,14 @@ def run_session(job: GroupJob, session: int, episodes: range, envs: list, driver
             helped = demonstrator if operator.steps_left and active[demonstrator] else None
             started = step == 0 and helped is not None
         elif mode in GATES:
-            previous = operator.helping
-            signals = Signals(tracker.since_progress, tracker.regress, disagreement, draws.random(robots))
-            helped, started = operator.choose(GATES[mode](signals, job.help.gate), active)
-            if previous is not None and (previous != helped or started):
-                tracker.restart(previous)  # handed back: the policy gets a fresh start
+            draw = draws.random(robots)
+            priorities = GATES[mode](Signals(tracker.since_progress, tracker.regress, disagreement, draw), job.help.gate)
+            returned = operator.hand_back(priorities, active)
+            if returned is not None:  # the policy gets a fresh start: a stall of the expert's time asks nothing
+                tracker.restart(returned)
+                priorities = GATES[mode](Signals(tracker.since_progress, tracker.regress, disagreement, draw),
+                                         job.help.gate)
+            helped, started = operator.choose(priorities, active)
         if started:
             supervisor.take_over(helped, seeds[helped] + step)
         for robot in np.flatnonzero(active):

@@ -49,14 +49,21 @@ class Operator:
         self.segment_left = 0
         self.handovers = 0
 
+    def hand_back(self, priorities: np.ndarray, active: np.ndarray) -> int | None:
+        """End the help that is over (its segment done, its gate clear after the minimum steps, its episode ended,
+        or the steps spent); the robot handed back, which should get a fresh start before anyone asks again."""
+        if self.helping is None:
+            return None
+        cleared = priorities[self.helping] <= 0 and self.segment_steps - self.segment_left >= self.min_segment_steps
+        if self.segment_left == 0 or cleared or not active[self.helping] or not self.steps_left:
+            return self.release()
+        return None
+
     def choose(self, priorities: np.ndarray, active: np.ndarray) -> tuple[int | None, bool]:
-        """The robot helped this step and whether the help starts now: the current one while its segment
-        lasts, else the asking active robot of highest priority (the lowest index on a tie), if steps are left."""
-        if self.helping is not None:
-            cleared = priorities[self.helping] <= 0 and \
-                self.segment_steps - self.segment_left >= self.min_segment_steps
-            if self.segment_left == 0 or cleared or not active[self.helping] or not self.steps_left:
-                self.helping = None
+        """The robot helped this step and whether the help starts now: the current one while its help lasts
+        (``hand_back``), else the asking active robot of highest priority (the lowest index on a tie), if steps
+        are left."""
+        self.hand_back(priorities, active)
         if self.helping is not None:
             return self.helping, False
         asking = np.where(active & (priorities > 0), priorities, -np.inf)
