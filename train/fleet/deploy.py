@@ -181,13 +181,14 @@ def run_session(job: GroupJob, session: int, episodes: range, envs: list, driver
             started = step == 0 and helped is not None
         elif mode in GATES:
             draw = draws.random(robots)
-            priorities = GATES[mode](Signals(tracker.since_progress, tracker.regress, disagreement, draw), job.help.gate)
-            returned = operator.hand_back(priorities, active)
+
+            def priorities() -> np.ndarray:
+                return GATES[mode](Signals(tracker.since_progress, tracker.regress, disagreement, draw), job.help.gate)
+
+            returned = operator.hand_back(priorities(), active)
             if returned is not None:  # the policy gets a fresh start: a stall of the expert's time asks nothing
                 tracker.restart(returned)
-                priorities = GATES[mode](Signals(tracker.since_progress, tracker.regress, disagreement, draw),
-                                         job.help.gate)
-            helped, started = operator.choose(priorities, active)
+            helped, started = operator.choose(priorities(), active)
         if started:
             supervisor.take_over(helped, seeds[helped] + step)
         for robot in np.flatnonzero(active):
