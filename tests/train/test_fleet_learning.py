@@ -111,6 +111,19 @@ def test_an_operator_hands_back_once_the_gate_clears_but_not_before_the_minimum_
     assert fixed.choose(calm, active) == (None, False)
 
 
+def test_an_operator_hands_back_at_the_segments_end_before_it_chooses_again():
+    asking, active = np.array([0.0, 1.0]), np.ones(2, dtype=bool)
+    operator = Operator(steps_left=100, segment_steps=2)
+    assert operator.hand_back(asking, active) is None  # helping nobody yet
+    assert operator.choose(asking, active) == (1, True)
+    operator.spend()
+    assert operator.hand_back(asking, active) is None  # one step of the segment left
+    operator.spend()
+    assert operator.hand_back(asking, active) == 1 and operator.helping is None
+    calm = np.zeros(2)  # the robot handed back has had its fresh start: nobody asks, nobody is taken
+    assert operator.choose(calm, active) == (None, False)
+
+
 def test_labelled_runs_are_the_stretches_of_true():
     assert labelled_runs(np.array([0, 1, 1, 0, 0, 1, 0, 1, 1], dtype=bool)) == [(1, 3), (5, 6), (7, 9)]
     assert labelled_runs(np.ones(3, dtype=bool)) == [(0, 3)] and labelled_runs(np.zeros(2, dtype=bool)) == []
