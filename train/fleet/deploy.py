@@ -185,10 +185,12 @@ def run_session(job: GroupJob, session: int, episodes: range, envs: list, driver
             def priorities() -> np.ndarray:
                 return GATES[mode](Signals(tracker.since_progress, tracker.regress, disagreement, draw), job.help.gate)
 
-            returned = operator.hand_back(priorities(), active)
+            asked = priorities()
+            returned = operator.hand_back(asked, active)
             if returned is not None:  # the policy gets a fresh start: a stall of the expert's time asks nothing
                 tracker.restart(returned)
-            helped, started = operator.choose(priorities(), active)
+                asked = priorities()
+            helped, started = operator.choose(asked, active)
         if started:
             supervisor.take_over(helped, seeds[helped] + step)
         for robot in np.flatnonzero(active):
