@@ -291,7 +291,7 @@ def evaluated(config: FleetLearningConfig, clock: StageClock, name: str, agent: 
                   done=finished_evaluation(where, step, robots * episodes) is not None)
         info = finished_evaluation(where, step, robots * episodes)
         figures = {"fleet": info["fleet"], "per_site": info["per_site"]}
-        result.update(figures if key == "fleet" else {"held_out": figures})
+        result.update({**figures, "code_version": info["code_version"]} if key == "fleet" else {"held_out": figures})
     return result
 
 

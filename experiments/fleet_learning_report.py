@@ -98,6 +98,7 @@ def rows(runs: dict, expert: dict, curve: list[dict]) -> list[dict]:
                           "ci95": fleet["ci95"], "over_expert": fleet["pc_success"] / expert["fleet"]["pc_success"],
                           "per_site": {site: evaluation["per_site"][site]["pc_success"] for site in SITES
                                        if site in evaluation["per_site"]},
+                          "code_version": evaluation.get("code_version"),
                           "deployment": {key: account.get(key) for key in
                                          ("episodes", "success", "autonomy", "handovers", "labelled", "rohe")}})
             needed = bc_frames_for(table[-1]["over_expert"], curve)
@@ -129,8 +130,17 @@ def head_words(config: dict) -> str:
                     if config.get("n_action_steps") else "")
 
 
+def code_words(table: list[dict]) -> str:
+    """The code the rows were evaluated with, in words: one version, or the first and last of several (each row's
+    own is in the results); the code of now where the rows do not say."""
+    versions = list(dict.fromkeys(row["code_version"] for row in table if row.get("code_version")))
+    if len(versions) > 1:
+        return f"code {versions[0]} to {versions[-1]} (each round's in the results' rows)"
+    return f"code {versions[0] if versions else machine_facts()['code_version']}"
+
+
 def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str:
-    lines = [f"Measured on {machine_facts()['cores']} cores, code {machine_facts()['code_version']}: "
+    lines = [f"Measured on {machine_facts()['cores']} cores, {code_words(table)}: "
              f"{config['policy']} on {config['inputs']}"
              + (f" ({' + '.join(config['cameras'])} at {config['image_size']} px)" if config['cameras'] else "")
              + head_words(config) + ", "

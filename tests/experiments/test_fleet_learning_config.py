@@ -5,10 +5,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.common import machine_facts
 from core.files import REPO
 from core.options import parse_config
 from experiments.fleet_learning import FleetLearningConfig, arm_directory, training_options
-from experiments.fleet_learning_report import bc_frames_for, bc_points, goal_curve, head_words
+from experiments.fleet_learning_report import bc_frames_for, bc_points, code_words, goal_curve, head_words
 from train.config import TrainConfig
 
 
@@ -79,3 +80,10 @@ def test_bc_frames_for_a_success_are_read_off_the_curve_between_its_neighbours()
     needs = [bc_frames_for(success, curve) for success in (0.5, 0.7, 0.9, 0.95, 0.98)]
     assert needs == sorted(needs)  # more success, more frames
     assert goal_curve(bc_points("push", 40.0, "visuomotor")) == bc_points("push", 40.0, "visuomotor")["full_run"]
+
+
+def test_the_reports_heading_names_the_code_its_rounds_were_evaluated_with():
+    rows = [{"code_version": "0.1.0+aaa"}, {"code_version": "0.1.0+aaa"}, {"code_version": "0.1.0+bbb"}]
+    assert code_words(rows[:2]) == "code 0.1.0+aaa"
+    assert code_words(rows) == "code 0.1.0+aaa to 0.1.0+bbb (each round's in the results' rows)"
+    assert code_words([{"code_version": None}]) == f"code {machine_facts()['code_version']}"  # rows that do not say

@@ -30,6 +30,7 @@ def test_a_tiny_run_writes_rows_accounts_and_a_plot_and_a_rerun_redoes_nothing_a
     seed = result["rows"][0]["labelled_so_far"]
     for row in result["rows"]:
         assert row["ci95"][0] <= row["success"] <= row["ci95"][1]
+        assert row["code_version"].startswith("0.1.0+")  # the code the round's evaluation recorded
         if row["round"] == 1:
             deployment = row["deployment"]
             assert deployment["episodes"] == 3 and 0 < deployment["labelled"] <= 60
