@@ -58,7 +58,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from core.files import repo_relative
@@ -66,7 +66,7 @@ from core.options import check_choices, check_options, parse_config
 from dataset import FleetStore
 from dataset.episodes import select_episodes
 from dataset.manifest import read_manifest
-from experiments.fleet_learning_report import publish
+from experiments.fleet_learning_report import check_results_are_its_own, publish
 from experiments.full_run import StageClock, finished_evaluation, trained_step
 from train.checkpoint import Checkpoint, latest_checkpoint, open_checkpoint
 from train.fleet.accounting import seed_frames
@@ -336,6 +336,7 @@ def run_gate(config: FleetLearningConfig, gate: str, clock: StageClock, seed_pol
 
 def main(argv: list[str] | None = None) -> dict:
     config = parse_config(FleetLearningConfig, __doc__, argv)
+    check_results_are_its_own(asdict(config), config.name, Path(config.results_dir))
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     clock = StageClock(out / "seconds.json")

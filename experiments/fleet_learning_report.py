@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks.common import machine_facts, write_results
+from core.errors import fail
 from core.files import REPO
 from experiments.common import write_section
 from sim.fleet import SITES
@@ -215,6 +216,23 @@ def plot(table: list[dict], bc: dict[str, list[dict]], setting: str, head: str, 
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+SEED_FIELDS = ("task", "seed", "seed_robots", "seed_episodes", "seed_steps")  # what a results name does not spell
+
+
+def check_results_are_its_own(config: dict, name: str, results_dir: Path) -> None:
+    """Refuse, with one line, a run whose results (``results_dir/name.json``, its docs section and plot) would
+    replace those of a run from another seed: the name spells the deployment and the head, not the seed."""
+    path = results_dir / f"{name}.json"
+    if not path.exists():
+        return
+    recorded = json.loads(path.read_text()).get("config", {})
+    differ = [key for key in SEED_FIELDS if key in recorded and recorded[key] != config[key]]
+    if differ:
+        theirs = ", ".join(f"--{key.replace('_', '-')} {recorded[key]}" for key in differ)
+        fail(f"{path} holds the results of a run from another seed ({theirs}); give this run its own "
+             "--results-dir, --docs and --media")
 
 
 def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> dict:

@@ -1,6 +1,7 @@
 """experiments/fleet_learning.py's configuration: the policy's head reaches bc.py and names every output."""
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -8,8 +9,10 @@ import pytest
 from benchmarks.common import machine_facts
 from core.files import REPO
 from core.options import parse_config
+from experiments import fleet_learning
 from experiments.fleet_learning import FleetLearningConfig, arm_directory, training_options
-from experiments.fleet_learning_report import bc_frames_for, bc_points, code_words, goal_curve, head_words
+from experiments.fleet_learning_report import (bc_frames_for, bc_points, check_results_are_its_own, code_words,
+                                               goal_curve, head_words)
 from train.config import TrainConfig
 
 
@@ -87,3 +90,16 @@ def test_the_reports_heading_names_the_code_its_rounds_were_evaluated_with():
     assert code_words(rows[:2]) == "code 0.1.0+aaa"
     assert code_words(rows) == "code 0.1.0+aaa to 0.1.0+bbb (each round's in the results' rows)"
     assert code_words([{"code_version": None}]) == f"code {machine_facts()['code_version']}"  # rows that do not say
+
+
+def test_a_run_from_another_seed_is_refused_before_it_replaces_a_runs_results(tmp_path, capsys):
+    arguments = ["--task", "push", "--seed-robots", "9", "--out", str(tmp_path / "run"), "--results-dir",
+                 str(tmp_path), "--docs", str(tmp_path / "fleet_learning.md"), "--media", str(tmp_path)]
+    config = parse_config(FleetLearningConfig, "", arguments)
+    (tmp_path / f"{config.name}.json").write_text(json.dumps({"config": {"task": "push", "seed_robots": 27}}))
+    with pytest.raises(SystemExit) as refused:
+        fleet_learning.main(arguments)
+    assert refused.value.code == 2 and "another seed (--seed-robots 27)" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # refused before anything was collected or written
+    check_results_are_its_own(asdict(parse_config(FleetLearningConfig, "", [*arguments, "--seed-robots", "27"])),
+                              config.name, tmp_path)  # the same seed carries on: no error
