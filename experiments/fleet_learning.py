@@ -150,7 +150,7 @@ class FleetLearningConfig:
     seed: int = field(default=0, metadata={"help": "fleet seed"})
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers"})
     out: str = field(default="", metadata={"help": "data, runs, evaluations and logs (default: runs/NAME)"})
-    docs: str = field(default="docs/fleet_learning.md", metadata={"help": "markdown file for the table"})
+    docs: str = field(default="docs/fleet_learning_runs.md", metadata={"help": "markdown file for the table"})
     media: str = field(default="docs/media", metadata={"help": "where the plot goes"})
     results_dir: str = field(default="experiments/results", metadata={"help": "where NAME.json goes"})
 

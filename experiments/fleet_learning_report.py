@@ -1,4 +1,4 @@
-"""The recorded fleet-learning run's report: its results file, its table in docs/fleet_learning.md and its plot.
+"""The recorded fleet-learning run's report: its results file, its table in docs/fleet_learning_runs.md and its plot.
 
 Behaviour cloning's points come from the results of the runs they were measured in: the
 visuomotor scaling sweep (experiments/results/scaling_visuomotor.json: held-out robots,

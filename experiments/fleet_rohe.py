@@ -5,7 +5,7 @@ retraining, and each gate's ROHE is set beside the random gate's (issue 44's goa
     .venv/bin/python -m experiments.fleet_rohe --continuous --uncertainty 0.6 --deploy-episodes 6 \
         --caps 0 900 1800 4500 9000 --policies runs/fleet_learning_budget/seed_policy \
         runs/rohe_strength/policy_18x10 runs/rohe_strength/policy_27x10 runs/rohe_strength/policy_50x10 \
-        --out runs/fleet_rohe_strength     # docs/fleet_learning.md's tables (the policies: its commands)
+        --out runs/fleet_rohe_strength     # docs/fleet_learning_runs.md's tables (the policies: its commands)
 
 The policy is the seed policy of an ``experiments.fleet_learning`` run (``--source``, by default
 the ``budget`` setting's: the state MLP from 9 robots x 10 demonstrations), deployed on that run's
@@ -75,7 +75,7 @@ class FleetRoheConfig(GateOptions):
                 "another, then measure on 1)"})
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers"})
     out: str = field(default="runs/fleet_rohe", metadata={"help": "the cells' stores"})
-    docs: str = field(default="docs/fleet_learning.md", metadata={"help": "markdown file for the table"})
+    docs: str = field(default="docs/fleet_learning_runs.md", metadata={"help": "markdown file for the table"})
     media: str = field(default="docs/media", metadata={"help": "where the plot goes"})
     results_dir: str = field(default="experiments/results", metadata={"help": "where fleet_rohe.json goes"})
 

@@ -78,7 +78,7 @@ def test_bc_points_keep_each_head_and_acting_in_its_own_series():
 def test_bc_frames_for_a_success_are_read_off_the_curve_between_its_neighbours():
     curve = goal_curve(bc_points("push", 40.0, "visuomotor", 2, ("ee_dz",), n_action_steps=4))
     assert bc_frames_for(0.966, curve) == 37822  # a recorded point is its own frames
-    assert round(bc_frames_for(0.96, curve), -2) == 33800  # docs/fleet_learning.md's round 8: 37% of it
+    assert round(bc_frames_for(0.96, curve), -2) == 33800  # docs/fleet_learning_runs.md's round 8: 37% of it
     assert bc_frames_for(0.2, curve) is None and bc_frames_for(0.995, curve) is None  # off the curve
     needs = [bc_frames_for(success, curve) for success in (0.5, 0.7, 0.9, 0.95, 0.98)]
     assert needs == sorted(needs)  # more success, more frames
