@@ -64,6 +64,8 @@ class FleetRoheConfig(GateOptions):
     segment_steps: int = field(default=15, metadata={"help": "expert steps per hand-over at most"})
     min_segment_steps: int | None = field(default=None, metadata={
         "help": "a hand-over ends once the gate no longer asks after this many steps (default: --segment-steps)"})
+    max_handovers: int | None = field(default=None, metadata={
+        "help": "hand-overs an episode gets at most, under every gate (default: no limit)"})
     random_rate: float = field(default=1.0, metadata={
         "help": "random gate: the share of steps a robot asks (1: operators never idle while the budget lasts)"})
     fleet_robots: int = field(default=50, metadata={"help": "robots deployed"})
@@ -86,6 +88,7 @@ class FleetRoheConfig(GateOptions):
         check_options(self, ("operators", "segment_steps", "fleet_robots", "deploy_episodes", "workers",
                              "seed_round"), lambda value: value >= 1, "must be at least 1")
         check_options(self, ("caps",), lambda caps: all(cap >= 0 for cap in caps), "must not be negative")
+        check_options(self, ("max_handovers",), lambda value: value is None or value >= 1, "must be at least 1")
         self.policies = self.policies or (str(Path(self.source) / "seed_policy"),)
         if missing := [policy for policy in self.policies if not Path(policy).exists()]:
             raise ValueError(f"--policies: {missing[0]} does not exist")
@@ -106,7 +109,7 @@ def deploy_cell(config: FleetRoheConfig, scheduler: str, policy: str, cap: int, 
                                workers=config.workers, scheduler=scheduler, quiet=True)
     checkpoint = latest_checkpoint(policy)
     help = Help(gate, config.gate_options(), config.segment_steps, config.operators, config.continuous,
-                config.min_segment_steps)
+                config.min_segment_steps, config.max_handovers)
     deploy_round(collection, str(checkpoint), config.seed_round, help, cap,
                  {"source": "fleet_rohe", "policy": repo_relative(checkpoint), "fleet_of": repo_relative(source / "seed")})
     account = round_account(FleetStore.open(store))
@@ -150,7 +153,8 @@ def markdown(config: FleetRoheConfig, alone: dict[str, dict], cells: list[dict],
              f"deploys on the fleet of `{config.source}`, {config.fleet_robots} robots x {config.deploy_episodes} "
              f"episodes. Each cell is the same round (episode seeds of round {config.seed_round}, robots deployed "
              f"{'continuously' if config.continuous else 'in waves'}) with {config.operators} operators, hand-overs "
-             f"of up to {config.segment_steps} steps, the random gate asking on {config.random_rate:.0%} of the "
+             f"of up to {config.segment_steps} steps{limit_words(config)}, the random gate asking on "
+             f"{config.random_rate:.0%} of the "
              f"steps, and the gates' thresholds `{thresholds(config)}`: deployment success, expert-labelled frames, "
              "ROHE (successes per 1,000 of them), and ROHE over the random gate's at the same cap.",
              "", "```bash", command, "```"]
@@ -170,6 +174,17 @@ def markdown(config: FleetRoheConfig, alone: dict[str, dict], cells: list[dict],
             lines.append(f"| {name} | {policy_alone['success']:.0%} | " +
                          " | ".join(_cell(row.get(gate)) for gate in gates) + " |")
     return "\n".join(lines)
+
+
+def limit_words(config: FleetRoheConfig) -> str:
+    """The hand-over limit per episode, in the table's words (nothing without one)."""
+    return f" and at most {config.max_handovers} an episode" if config.max_handovers else ""
+
+
+def results_name(config: FleetRoheConfig) -> str:
+    """The results' name (results file, docs section, plot): ``fleet_rohe``, and the hand-over limit if any, so
+    that a run with a limit keeps the run without one."""
+    return f"fleet_rohe_{config.max_handovers}_handovers" if config.max_handovers else "fleet_rohe"
 
 
 def thresholds(config: FleetRoheConfig) -> str:
@@ -247,12 +262,15 @@ def main(argv: list[str] | None = None) -> dict:
         cells = [deploy_cell(config, scheduler, policy, cap, gate) for policy in config.policies
                  for cap in config.caps if cap for gate in config.gates]
     over_random(cells)
-    media = Path(config.media) / "fleet_rohe.png"
+    name = results_name(config)
+    media = Path(config.media) / f"{name}.png"
     plot(alone, cells, media)
     result = {"experiment": "fleet_rohe", "machine": machine_facts(), "config": asdict(config), "command": command,
               "alone": alone, "cells": cells, "plot": str(media)}
-    write_results("fleet_rohe", result, Path(config.results_dir))
-    write_section(Path(config.docs), "fleet_rohe", "## ROHE at several budgets",
+    write_results(name, result, Path(config.results_dir))
+    heading = f"## ROHE at several budgets, at most {config.max_handovers} hand-overs an episode" \
+        if config.max_handovers else "## ROHE at several budgets"
+    write_section(Path(config.docs), name, heading,
                   markdown(config, alone, cells, command) + f"\n\n![ROHE against the budget](media/{media.name})")
     return result
 

@@ -82,6 +82,8 @@ class FleetLearnConfig(TrainConfig, GateOptions):
     min_segment_steps: int | None = field(default=None, metadata={
         "help": "hand a robot back as soon as its gate no longer asks, once this many expert steps are done "
                 "(default: after --segment-steps)"})
+    max_handovers: int | None = field(default=None, metadata={
+        "help": "hand-overs an episode gets at most; past them the robot carries on alone (default: no limit)"})
     fleet_robots: int = field(default=50, metadata={"help": "robots deployed: 0..N-1 of the seed collection's fleet"})
     deploy_episodes: int = field(default=2, metadata={"help": "episodes per robot each round"})
     continuous: bool = field(default=False, metadata={
@@ -125,7 +127,7 @@ class FleetLearnConfig(TrainConfig, GateOptions):
     def help(self) -> Help:
         """How the rounds' deployments are helped."""
         return Help(self.gate, self.gate_options(), self.segment_steps, self.operators, self.continuous,
-                    self.min_segment_steps)
+                    self.min_segment_steps, self.max_handovers)
 
     @property
     def total_steps(self) -> int:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from experiments.fleet_rohe import FleetRoheConfig, over_random
+from experiments.fleet_rohe import FleetRoheConfig, over_random, results_name
 
 
 def cell(gate: str, robots: dict[str, list[int]], policy: str = "seed_policy") -> dict:
@@ -56,3 +56,12 @@ def test_policies_that_do_not_exist_or_share_a_name_are_refused(tmp_path):
         (tmp_path / run / "seed_policy").mkdir(parents=True)
     with pytest.raises(ValueError, match="distinct directory names"):
         FleetRoheConfig(policies=(str(tmp_path / "a" / "seed_policy"), str(tmp_path / "b" / "seed_policy")))
+
+
+def test_a_run_with_a_hand_over_limit_keeps_its_own_results_and_a_limit_below_one_is_refused(tmp_path):
+    (tmp_path / "seed_policy").mkdir()
+    policy = (str(tmp_path / "seed_policy"),)
+    assert results_name(FleetRoheConfig(policies=policy)) == "fleet_rohe"
+    assert results_name(FleetRoheConfig(policies=policy, max_handovers=2)) == "fleet_rohe_2_handovers"
+    with pytest.raises(ValueError, match="--max-handovers must be at least 1"):
+        FleetRoheConfig(policies=policy, max_handovers=0)

@@ -16,6 +16,7 @@ from train.checkpoint import load_policy, open_checkpoint
 from train.fleet.deploy import LEDGERS, Help, deploy_round
 from train.fleet.driver import FleetDriver
 from train.fleet.gates import GateOptions
+from train.fleet.labels import labelled_runs
 
 pytestmark = pytest.mark.slow
 
@@ -49,11 +50,12 @@ def test_a_restarted_robot_is_driven_as_a_fresh_policy_would_and_the_others_carr
     assert disagreement[2] == 0 and disagreement[:2].all()  # a fresh episode has no plan to disagree with
 
 
-def deploy(trained_run, out, continuous, mode="random", robots=4, episodes=3, help_steps=60, **gate):
+def deploy(trained_run, out, continuous, mode="random", robots=4, episodes=3, help_steps=60, max_handovers=None,
+           **gate):
     config = CollectConfig(robots=robots, episodes=episodes, task="pick_place", out=str(out), seed=0,
                            keep_failures=True, workers=2, quiet=True)
     help = Help(mode, GateOptions(**{"random_rate": 1.0, "stall_steps": 10, **gate}), segment_steps=7, operators=2,
-                continuous=continuous)
+                continuous=continuous, max_handovers=max_handovers)
     deploy_round(config, str(open_checkpoint(trained_run).path), 1, help, help_steps, {"source": "test"})
     return FleetStore.open(out)
 
@@ -73,6 +75,22 @@ def test_a_continuous_round_runs_each_robots_episodes_back_to_back_within_the_bu
     for group in timelines.values():  # one operator a group: one expert at each lockstep step at most
         steps = max(len(timeline) for timeline in group)
         assert max(sum(np.pad(timeline, (0, steps - len(timeline))) for timeline in group)) <= 1
+
+
+def test_an_episode_gets_at_most_its_hand_overs_and_the_operator_helps_others_instead(trained_run, tmp_path):
+    def handovers_per_episode(store):
+        counts = []
+        for robot in range(4):
+            data, ends, _ = columns(store.path, robot)
+            for acted in np.split(data["acted_by"][:, 0], ends[:-1]):
+                counts.append(len(labelled_runs(acted.astype(bool))))
+        return counts
+
+    unlimited = deploy(trained_run, tmp_path / "unlimited", continuous=True, help_steps=400)
+    limited = deploy(trained_run, tmp_path / "limited", continuous=True, help_steps=400, max_handovers=1)
+    assert max(handovers_per_episode(unlimited)) > 1  # random asks at every step: the limit binds
+    assert max(handovers_per_episode(limited)) == 1
+    assert sum(handovers_per_episode(limited)) > 4  # the operators went on to help other episodes
 
 
 def test_with_one_episode_a_robot_continuous_and_waves_are_the_same_round(trained_run, tmp_path):

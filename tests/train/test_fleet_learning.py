@@ -365,6 +365,7 @@ def test_two_rounds_under_torchrun_train_on_the_seed_and_the_expert_labels(pick_
     (("--round-epochs", "10"), "--round-epochs: with --retrain carry each round trains --round-steps more"),
     (("--operators", "-1"), "--operators must be at least 1"),
     (("--min-segment-steps", "40"), "--min-segment-steps must be in [1, --segment-steps (30)]"),
+    (("--max-handovers", "0"), "--max-handovers must be at least 1"),
 ])
 def test_bad_options_are_one_line(options, message, pick_place_fleet, tmp_path, capsys):
     """fleet_learn.py's main in this process (its bad input as users meet it: the refusals below and

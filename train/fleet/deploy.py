@@ -57,7 +57,8 @@ LEDGERS = ".operators"
 class Help:
     """How help is given in a round: the mode (a gate of ``GATES``, ``dagger`` or ``bc``), its thresholds,
     the expert steps each hand-over lasts at most, the operators' count, whether the robots deploy
-    continuously or in waves, and the steps after which a hand-over ends once the gate clears."""
+    continuously or in waves, the steps after which a hand-over ends once the gate clears, and the hand-overs
+    an episode gets at most."""
 
     mode: str
     gate: GateOptions
@@ -65,12 +66,15 @@ class Help:
     operators: int
     continuous: bool = False  # robots start their next episode at once, not with the rest of their group
     min_segment_steps: int | None = None  # hand back once the gate clears after this many steps (None: never)
+    max_handovers: int | None = None  # per episode; past it the robot carries on alone (None: no limit)
 
     def __post_init__(self):
         if self.continuous and self.mode == "bc":
             raise ValueError("--continuous deploys for the gates and dagger; bc's demonstrations go wave by wave")
         if self.min_segment_steps is not None and not 1 <= self.min_segment_steps <= self.segment_steps:
             raise ValueError(f"--min-segment-steps must be in [1, --segment-steps ({self.segment_steps})]")
+        if self.max_handovers is not None and self.max_handovers < 1:
+            raise ValueError("--max-handovers must be at least 1")
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,8 @@ def run_session(job: GroupJob, session: int, episodes: range, envs: list, driver
     episode, seeds = [0] * robots, [0] * robots
     observations, frames = [None] * robots, [[] for _ in range(robots)]
     active, success = np.zeros(robots, dtype=bool), np.zeros(robots, dtype=bool)
+    handovers = np.zeros(robots, dtype=int)  # in each robot's current episode
+    limit = job.help.max_handovers or np.inf
     tracker = ProgressTracker(robots, job.help.gate)
     draws = np.random.default_rng([job.fleet_seed, job.round, job.group, session])
     driver.reset()
@@ -163,7 +169,7 @@ def run_session(job: GroupJob, session: int, episodes: range, envs: list, driver
         seeds[robot] = episode_seed(job.fleet_seed, job.profiles[robot]["robot_id"], episode[robot], "fleet",
                                     job.round)
         observations[robot] = envs[robot].reset(seed=seeds[robot])[0]
-        frames[robot], active[robot], success[robot] = [], True, False
+        frames[robot], active[robot], success[robot], handovers[robot] = [], True, False, 0
         tracker.restart(robot)
         driver.restart(robot)
         if mode == "dagger":  # the labeller's style (speed, clearance) is drawn per episode, as a demonstration's
@@ -182,8 +188,9 @@ def run_session(job: GroupJob, session: int, episodes: range, envs: list, driver
         elif mode in GATES:
             draw = draws.random(robots)
 
-            def priorities() -> np.ndarray:
-                return GATES[mode](Signals(tracker.since_progress, tracker.regress, disagreement, draw), job.help.gate)
+            def priorities() -> np.ndarray:  # a robot whose episode has had its hand-overs asks no more
+                asked = GATES[mode](Signals(tracker.since_progress, tracker.regress, disagreement, draw), job.help.gate)
+                return np.where(handovers < limit, asked, 0.0)
 
             asked = priorities()
             returned = operator.hand_back(asked, active)
@@ -193,6 +200,7 @@ def run_session(job: GroupJob, session: int, episodes: range, envs: list, driver
             helped, started = operator.choose(asked, active)
         if started:
             supervisor.take_over(helped, seeds[helped] + step)
+            handovers[helped] += 1
         for robot in np.flatnonzero(active):
             acted_by, action = POLICY, actions[robot]
             if robot == helped:
