@@ -178,7 +178,9 @@ def markdown(config: FleetRoheConfig, alone: dict[str, dict], cells: list[dict],
 
 def limit_words(config: FleetRoheConfig) -> str:
     """The hand-over limit per episode, in the table's words (nothing without one)."""
-    return f" and at most {config.max_handovers} an episode" if config.max_handovers else ""
+    if not config.max_handovers:
+        return ""
+    return f" and at most {config.max_handovers} hand-over{'s' if config.max_handovers > 1 else ''} an episode"
 
 
 def results_name(config: FleetRoheConfig) -> str:
@@ -268,8 +270,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"experiment": "fleet_rohe", "machine": machine_facts(), "config": asdict(config), "command": command,
               "alone": alone, "cells": cells, "plot": str(media)}
     write_results(name, result, Path(config.results_dir))
-    heading = f"## ROHE at several budgets, at most {config.max_handovers} hand-overs an episode" \
-        if config.max_handovers else "## ROHE at several budgets"
+    heading = f"## ROHE at several budgets{limit_words(config).replace(' and', ',')}"
     write_section(Path(config.docs), name, heading,
                   markdown(config, alone, cells, command) + f"\n\n![ROHE against the budget](media/{media.name})")
     return result
