@@ -51,11 +51,11 @@ def test_a_restarted_robot_is_driven_as_a_fresh_policy_would_and_the_others_carr
 
 
 def deploy(trained_run, out, continuous, mode="random", robots=4, episodes=3, help_steps=60, max_handovers=None,
-           **gate):
+           min_segment_steps=None, **gate):
     config = CollectConfig(robots=robots, episodes=episodes, task="pick_place", out=str(out), seed=0,
                            keep_failures=True, workers=2, quiet=True)
     help = Help(mode, GateOptions(**{"random_rate": 1.0, "stall_steps": 10, **gate}), segment_steps=7, operators=2,
-                continuous=continuous, max_handovers=max_handovers)
+                continuous=continuous, min_segment_steps=min_segment_steps, max_handovers=max_handovers)
     deploy_round(config, str(open_checkpoint(trained_run).path), 1, help, help_steps, {"source": "test"})
     return FleetStore.open(out)
 
@@ -78,19 +78,22 @@ def test_a_continuous_round_runs_each_robots_episodes_back_to_back_within_the_bu
 
 
 def test_an_episode_gets_at_most_its_hand_overs_and_the_operator_helps_others_instead(trained_run, tmp_path):
-    def handovers_per_episode(store):
-        counts = []
+    def hand_overs(store):  # per episode, the lengths of its expert stretches
+        episodes = []
         for robot in range(4):
             data, ends, _ = columns(store.path, robot)
             for acted in np.split(data["acted_by"][:, 0], ends[:-1]):
-                counts.append(len(labelled_runs(acted.astype(bool))))
-        return counts
+                episodes.append([end - start for start, end in labelled_runs(acted.astype(bool))])
+        return episodes
 
     unlimited = deploy(trained_run, tmp_path / "unlimited", continuous=True, help_steps=400)
-    limited = deploy(trained_run, tmp_path / "limited", continuous=True, help_steps=400, max_handovers=1)
-    assert max(handovers_per_episode(unlimited)) > 1  # random asks at every step: the limit binds
-    assert max(handovers_per_episode(limited)) == 1
-    assert sum(handovers_per_episode(limited)) > 4  # the operators went on to help other episodes
+    # random asks at every step, so a hand-over never clears early: it lasts its 7 steps, limit or not
+    limited = deploy(trained_run, tmp_path / "limited", continuous=True, help_steps=400, max_handovers=1,
+                     min_segment_steps=2)
+    assert max(len(episode) for episode in hand_overs(unlimited)) > 1  # the limit binds
+    assert max(len(episode) for episode in hand_overs(limited)) == 1
+    assert sum(len(episode) for episode in hand_overs(limited)) > 4  # the operators went on to help other episodes
+    assert max(length for episode in hand_overs(limited) for length in episode) == 7
 
 
 def test_with_one_episode_a_robot_continuous_and_waves_are_the_same_round(trained_run, tmp_path):

@@ -188,9 +188,9 @@ def run_session(job: GroupJob, session: int, episodes: range, envs: list, driver
         elif mode in GATES:
             draw = draws.random(robots)
 
-            def priorities() -> np.ndarray:  # a robot whose episode has had its hand-overs asks no more
+            def priorities() -> np.ndarray:  # a robot whose episode has had its hand-overs asks no more after this one
                 asked = GATES[mode](Signals(tracker.since_progress, tracker.regress, disagreement, draw), job.help.gate)
-                return np.where(handovers < limit, asked, 0.0)
+                return np.where((handovers < limit) | (np.arange(robots) == operator.helping), asked, 0.0)
 
             asked = priorities()
             returned = operator.hand_back(asked, active)

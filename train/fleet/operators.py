@@ -7,9 +7,10 @@ time, so at most ``K`` robots are ever helped at once across the fleet; it hands
 after ``segment_steps`` expert steps (or when the episode ends), or, given
 ``min_segment_steps``, as soon as the robot's gate no longer asks once that many steps are
 done (ThriftyDAgger hands back when the policy is sure again); it stops helping when its
-share of the round's step cap is spent. Given a limit of hand-overs per episode, a robot that has had them
-asks no more until its next episode: help that has not taken by then seldom takes later. Fixed groups keep a round deterministic and its
-workers independent: no robot waits for another worker's decisions. (Fleet-DAgger allocates
+share of the round's step cap is spent. Given a limit of hand-overs per episode, a robot
+that has had them asks no more until its next episode: help that has not taken by then
+seldom takes later. Fixed groups keep a round deterministic and its workers independent: no
+robot waits for another worker's decisions. (Fleet-DAgger allocates
 its supervisors over the whole fleet at every step; here a robot can only get its own group's
 operator.)
 
