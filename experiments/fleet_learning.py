@@ -153,6 +153,9 @@ class FleetLearningConfig:
     docs: str = field(default="docs/fleet_learning_runs.md", metadata={"help": "markdown file for the table"})
     media: str = field(default="docs/media", metadata={"help": "where the plot goes"})
     results_dir: str = field(default="experiments/results", metadata={"help": "where NAME.json goes"})
+    results_name: str = field(default="", metadata={
+        "help": "NAME: the results file's, the docs section's and the plot's (default: from the setting, task, "
+                "deployment and head; a run from another seed needs its own)"})
 
     def __post_init__(self):
         check_choices(self, {"setting": tuple(SETTINGS), "retrain": RETRAIN})
@@ -217,9 +220,9 @@ class FleetLearningConfig:
 
     @property
     def name(self) -> str:
-        """The results' name (results file, docs section, plot): ``seed_name``, the ``deployment`` suffix and the
-        ``head``'s."""
-        return self.seed_name + self.deployment + self.head
+        """The results' name (results file, docs section, plot): ``--results-name``, else ``seed_name``, the
+        ``deployment`` suffix and the ``head``'s."""
+        return self.results_name or self.seed_name + self.deployment + self.head
 
 
 def training_options(config: FleetLearningConfig) -> list[str]:

@@ -232,7 +232,7 @@ def check_results_are_its_own(config: dict, name: str, results_dir: Path) -> Non
     if differ:
         theirs = ", ".join(f"--{key.replace('_', '-')} {recorded[key]}" for key in differ)
         fail(f"{path} holds the results of a run from another seed ({theirs}); give this run its own "
-             "--results-dir, --docs and --media")
+             "--results-name")
 
 
 def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> dict:

@@ -103,3 +103,6 @@ def test_a_run_from_another_seed_is_refused_before_it_replaces_a_runs_results(tm
     assert not (tmp_path / "run").exists()  # refused before anything was collected or written
     check_results_are_its_own(asdict(parse_config(FleetLearningConfig, "", [*arguments, "--seed-robots", "27"])),
                               config.name, tmp_path)  # the same seed carries on: no error
+    named = parse_config(FleetLearningConfig, "", [*arguments, "--results-name", "push_9x10"])
+    assert named.name == "push_9x10"
+    check_results_are_its_own(asdict(named), named.name, tmp_path)  # its own name: nothing to replace
