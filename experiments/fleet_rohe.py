@@ -153,7 +153,8 @@ def markdown(config: FleetRoheConfig, alone: dict[str, dict], cells: list[dict],
              f"deploys on the fleet of `{config.source}`, {config.fleet_robots} robots x {config.deploy_episodes} "
              f"episodes. Each cell is the same round (episode seeds of round {config.seed_round}, robots deployed "
              f"{'continuously' if config.continuous else 'in waves'}) with {config.operators} operators, hand-overs "
-             f"of up to {config.segment_steps} steps{limit_words(config)}, the random gate asking on "
+             f"of up to {config.segment_steps} steps{' and ' + limit_words(config) if config.max_handovers else ''}, "
+             "the random gate asking on "
              f"{config.random_rate:.0%} of the "
              f"steps, and the gates' thresholds `{thresholds(config)}`: deployment success, expert-labelled frames, "
              "ROHE (successes per 1,000 of them), and ROHE over the random gate's at the same cap.",
@@ -177,10 +178,8 @@ def markdown(config: FleetRoheConfig, alone: dict[str, dict], cells: list[dict],
 
 
 def limit_words(config: FleetRoheConfig) -> str:
-    """The hand-over limit per episode, in the table's words (nothing without one)."""
-    if not config.max_handovers:
-        return ""
-    return f" and at most {config.max_handovers} hand-over{'s' if config.max_handovers > 1 else ''} an episode"
+    """The hand-over limit per episode in words: "at most 2 hand-overs an episode"."""
+    return f"at most {config.max_handovers} hand-over{'s' if config.max_handovers > 1 else ''} an episode"
 
 
 def results_name(config: FleetRoheConfig) -> str:
@@ -270,7 +269,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"experiment": "fleet_rohe", "machine": machine_facts(), "config": asdict(config), "command": command,
               "alone": alone, "cells": cells, "plot": str(media)}
     write_results(name, result, Path(config.results_dir))
-    heading = f"## ROHE at several budgets{limit_words(config).replace(' and', ',')}"
+    heading = "## ROHE at several budgets" + (f", {limit_words(config)}" if config.max_handovers else "")
     write_section(Path(config.docs), name, heading,
                   markdown(config, alone, cells, command) + f"\n\n![ROHE against the budget](media/{media.name})")
     return result
