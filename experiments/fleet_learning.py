@@ -135,6 +135,8 @@ class FleetLearningConfig:
     operators: int | None = field(default=None, metadata={"help": "robots helped at most at once"})
     help_steps: int | None = field(default=None, metadata={"help": "expert steps per round"})
     segment_steps: int | None = field(default=None, metadata={"help": "expert steps per hand-over at most"})
+    max_handovers: int | None = field(default=None, metadata={
+        "help": "hand-overs an episode gets at most (fleet_learn.py --max-handovers; default: no limit)"})
     random_rate: float | None = field(default=None, metadata={
         "help": "random gate: the share of steps a robot asks (1: operators never idle while the budget lasts)"})
     fleet_robots: int = field(default=50, metadata={"help": "robots deployed each round"})
@@ -167,6 +169,7 @@ class FleetLearningConfig:
                              "eval_robots", "eval_episodes", "workers"), lambda value: value >= 1,
                       "must be at least 1")
         check_round_epochs(self)
+        check_options(self, ("max_handovers",), lambda value: value is None or value >= 1, "must be at least 1")
         check_options(self, ("action_modes",), lambda value: value >= 1, "must be at least 1")
         if self.mode_actions and self.action_modes < 2:
             raise ValueError("--mode-actions needs --action-modes 2 or more")
@@ -185,18 +188,20 @@ class FleetLearningConfig:
     @property
     def deployment(self) -> str:
         """How each round deploys and retrains, as a name's suffix: empty in waves, ``_Nx_continuous`` for N
-        episodes a robot deployed continuously, and ``_S_step_hand_overs`` for hand-overs of another length than
-        the setting's; then ``_fresh`` where each round trains a fresh policy (``_fresh_E_epochs`` for
-        --round-epochs E), and ``_own_successes`` where the policy's own successes train too."""
+        episodes a robot deployed continuously, and ``hand_overs``; then ``_fresh`` where each round trains a fresh
+        policy (``_fresh_E_epochs`` for --round-epochs E), and ``_own_successes`` where the policy's own successes
+        train too."""
         fresh = "_fresh" + (f"_{self.round_epochs:g}_epochs" if self.round_epochs else "")
         return (f"_{self.deploy_episodes}x_continuous" if self.continuous else "") + self.hand_overs + \
             (fresh if self.retrain == "fresh" else "") + ("_own_successes" if self.own_successes else "")
 
     @property
     def hand_overs(self) -> str:
-        """``_S_step_hand_overs`` where hand-overs last at most S steps, not the setting's; else empty."""
-        return f"_{self.segment_steps}_step_hand_overs" \
+        """``_S_step_hand_overs`` where hand-overs last at most S steps, not the setting's, then
+        ``_at_most_H_an_episode`` where an episode gets at most H of them; else empty."""
+        length = f"_{self.segment_steps}_step_hand_overs" \
             if self.segment_steps != SETTINGS[self.setting]["segment_steps"] else ""
+        return length + (f"_at_most_{self.max_handovers}_an_episode" if self.max_handovers else "")
 
     @property
     def head(self) -> str:
@@ -246,6 +251,7 @@ def fleet_learn_command(config: FleetLearningConfig, gate: str, run: Path, stop_
             *(["--round-epochs", str(config.round_epochs)] if config.round_epochs else []),
             "--gate", gate, "--operators", str(config.operators),
             "--help-steps", str(config.help_steps), "--segment-steps", str(config.segment_steps),
+            *(["--max-handovers", str(config.max_handovers)] if config.max_handovers else []),
             "--random-rate", str(config.random_rate),
             "--fleet-robots", str(config.fleet_robots), "--deploy-episodes", str(config.deploy_episodes),
             *(["--continuous"] if config.continuous else []),

@@ -131,6 +131,11 @@ def head_words(config: dict) -> str:
                     if config.get("n_action_steps") else "")
 
 
+def handover_limit_words(config: dict) -> str:
+    """", at most H an episode" for a run with --max-handovers H; else empty."""
+    return f", at most {config['max_handovers']} an episode" if config.get("max_handovers") else ""
+
+
 def code_words(table: list[dict]) -> str:
     """The code the rows were evaluated with, in words: one version, or the first and last of several (each row's
     own is in the results); the code of now where the rows do not say."""
@@ -150,6 +155,7 @@ def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str
              + (" (continuously: a robot starts its next episode as soon as one ends)" if config.get("continuous")
                 else "") + f" with {config['operators']} "
              f"operators, {config['help_steps']} expert steps, hand-overs of up to {config['segment_steps']} steps"
+             + handover_limit_words(config)
              + (f", the random gate asking on {config['random_rate']:.0%} of the steps" if "random" in config['gates']
                 else "") + ", "
              + (f"then trains a fresh policy for {fresh_training(config)}" if config.get("retrain") == "fresh"
@@ -256,6 +262,7 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
     write_section(Path(config.docs), config.name, f"## The recorded run ({config.setting}, {config.task}"
                   + (f", {config.deploy_episodes} episodes a robot each round, continuously" if config.continuous
                      else "") + (f", hand-overs of up to {config.segment_steps} steps" if config.hand_overs else "")
+                  + handover_limit_words(config_dict)
                   + (fresh if config.retrain == "fresh" else "")
                   + (", learning from its own successes" if config.own_successes else "")
                   + head_words(config_dict) + ")",

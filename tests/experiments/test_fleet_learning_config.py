@@ -10,10 +10,11 @@ from benchmarks.common import machine_facts
 from core.files import REPO
 from core.options import parse_config
 from experiments import fleet_learning
-from experiments.fleet_learning import FleetLearningConfig, arm_directory, training_options
+from experiments.fleet_learning import FleetLearningConfig, arm_directory, fleet_learn_command, training_options
 from experiments.fleet_learning_report import (bc_frames_for, bc_points, check_results_are_its_own, code_words,
-                                               goal_curve, head_words)
+                                               goal_curve, handover_limit_words, head_words)
 from train.config import TrainConfig
+from train.fleet_learn import FleetLearnConfig
 
 
 def test_a_head_reaches_bc_py_and_names_the_seed_policy_every_arm_and_the_results():
@@ -40,6 +41,23 @@ def test_hand_overs_of_another_length_than_the_settings_are_an_arm_of_their_own(
     assert shorter.deployment == "_10_step_hand_overs_fresh"
     assert arm_directory(shorter, "stall") == Path("runs/fleet_learning_push/stall_10_step_hand_overs_fresh")
     assert FleetLearningConfig(setting="budget", segment_steps=15).deployment == ""
+
+
+def test_a_hand_over_limit_reaches_fleet_learn_py_and_is_an_arm_of_its_own():
+    limited = FleetLearningConfig(task="push", retrain="fresh", segment_steps=10, max_handovers=1)
+    assert limited.deployment == "_10_step_hand_overs_at_most_1_an_episode_fresh"
+    assert arm_directory(limited, "stall") == \
+        Path("runs/fleet_learning_push/stall_10_step_hand_overs_at_most_1_an_episode_fresh")
+    assert FleetLearningConfig(max_handovers=2).deployment == "_at_most_2_an_episode"
+    command = fleet_learn_command(limited, "stall", Path("runs/unused/run"), 1)
+    arguments = command[command.index("train/fleet_learn.py") + 1:]
+    assert parse_config(FleetLearnConfig, "", arguments).max_handovers == 1
+    assert handover_limit_words(vars(limited)) == ", at most 1 an episode"
+    unlimited = FleetLearningConfig(task="push")
+    assert "--max-handovers" not in fleet_learn_command(unlimited, "stall", Path("runs/unused/run"), 1)
+    assert handover_limit_words(vars(unlimited)) == ""
+    with pytest.raises(ValueError, match="must be at least 1"):
+        FleetLearningConfig(max_handovers=0)
 
 
 @pytest.mark.parametrize("options, message", [
