@@ -42,8 +42,9 @@ A continuous deployment (``--continuous``) is an arm of its own beside the same 
 policy, named for its episodes a robot: ``OUT/GATE_10x_continuous``, with its own results file,
 docs section and plot (``fleet_learning_10x_continuous``); so is ``--retrain fresh``
 (``OUT/GATE_fresh``, ``fleet_learning_fresh``; with ``--round-epochs 70``, ``OUT/GATE_fresh_70_epochs``),
-and ``--own-successes``, where the deployed episodes the policy succeeded in alone train too
-(``OUT/GATE_fresh_own_successes``). A policy head other than bc.py's default (``--action-modes``,
+``--own-successes``, where the deployed episodes the policy succeeded in alone train too
+(``OUT/GATE_fresh_own_successes``), and ``--max-handovers H``, where an episode gets at most H
+hand-overs (``OUT/GATE_at_most_H_an_episode``). A policy head other than bc.py's default (``--action-modes``,
 ``--mode-actions``, ``--n-action-steps``) gets a seed policy and arms of its own, named for it
 (``OUT/seed_policy_2_modes_ee_dz_4_action_steps``, ``OUT/stall_fresh_2_modes_ee_dz_4_action_steps``).
 
