@@ -138,6 +138,9 @@ class FleetLearningConfig:
     segment_steps: int | None = field(default=None, metadata={"help": "expert steps per hand-over at most"})
     max_handovers: int | None = field(default=None, metadata={
         "help": "hand-overs an episode gets at most (fleet_learn.py --max-handovers; default: no limit)"})
+    stall_steps: int | None = field(default=None, metadata={
+        "help": "stall gate: steps without progress before a robot asks (fleet_learn.py --stall-steps; default: "
+                "its 25)"})
     random_rate: float | None = field(default=None, metadata={
         "help": "random gate: the share of steps a robot asks (1: operators never idle while the budget lasts)"})
     fleet_robots: int = field(default=50, metadata={"help": "robots deployed each round"})
@@ -170,7 +173,8 @@ class FleetLearningConfig:
                              "eval_robots", "eval_episodes", "workers"), lambda value: value >= 1,
                       "must be at least 1")
         check_round_epochs(self)
-        check_options(self, ("max_handovers",), lambda value: value is None or value >= 1, "must be at least 1")
+        check_options(self, ("max_handovers", "stall_steps"), lambda value: value is None or value >= 1,
+                      "must be at least 1")
         check_options(self, ("action_modes",), lambda value: value >= 1, "must be at least 1")
         if self.mode_actions and self.action_modes < 2:
             raise ValueError("--mode-actions needs --action-modes 2 or more")
@@ -199,10 +203,12 @@ class FleetLearningConfig:
     @property
     def hand_overs(self) -> str:
         """``_S_step_hand_overs`` where hand-overs last at most S steps, not the setting's, then
-        ``_at_most_H_an_episode`` where an episode gets at most H of them; else empty."""
+        ``_at_most_H_an_episode`` where an episode gets at most H of them, then ``_after_T_stalled_steps`` where
+        the stall gate waits T steps, not its default; else empty."""
         length = f"_{self.segment_steps}_step_hand_overs" \
             if self.segment_steps != SETTINGS[self.setting]["segment_steps"] else ""
-        return length + (f"_at_most_{self.max_handovers}_an_episode" if self.max_handovers else "")
+        return length + (f"_at_most_{self.max_handovers}_an_episode" if self.max_handovers else "") + \
+            (f"_after_{self.stall_steps}_stalled_steps" if self.stall_steps else "")
 
     @property
     def head(self) -> str:
@@ -253,6 +259,7 @@ def fleet_learn_command(config: FleetLearningConfig, gate: str, run: Path, stop_
             "--gate", gate, "--operators", str(config.operators),
             "--help-steps", str(config.help_steps), "--segment-steps", str(config.segment_steps),
             *(["--max-handovers", str(config.max_handovers)] if config.max_handovers else []),
+            *(["--stall-steps", str(config.stall_steps)] if config.stall_steps else []),
             "--random-rate", str(config.random_rate),
             "--fleet-robots", str(config.fleet_robots), "--deploy-episodes", str(config.deploy_episodes),
             *(["--continuous"] if config.continuous else []),

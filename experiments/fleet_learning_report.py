@@ -132,8 +132,10 @@ def head_words(config: dict) -> str:
 
 
 def handover_limit_words(config: dict) -> str:
-    """", at most H an episode" for a run with --max-handovers H; else empty."""
-    return f", at most {config['max_handovers']} an episode" if config.get("max_handovers") else ""
+    """", at most H an episode" for a run with --max-handovers H, ", asked for after T steps without progress" for
+    one with --stall-steps T; else empty."""
+    return (f", at most {config['max_handovers']} an episode" if config.get("max_handovers") else "") + \
+        (f", asked for after {config['stall_steps']} steps without progress" if config.get("stall_steps") else "")
 
 
 def code_words(table: list[dict]) -> str:

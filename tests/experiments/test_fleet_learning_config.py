@@ -60,6 +60,18 @@ def test_a_hand_over_limit_reaches_fleet_learn_py_and_is_an_arm_of_its_own():
         FleetLearningConfig(max_handovers=0)
 
 
+def test_a_patient_stall_gate_reaches_fleet_learn_py_and_is_an_arm_of_its_own():
+    patient = FleetLearningConfig(task="push", retrain="fresh", segment_steps=10, stall_steps=50)
+    assert arm_directory(patient, "stall") == \
+        Path("runs/fleet_learning_push/stall_10_step_hand_overs_after_50_stalled_steps_fresh")
+    command = fleet_learn_command(patient, "stall", Path("runs/unused/run"), 1)
+    assert parse_config(FleetLearnConfig, "", command[command.index("train/fleet_learn.py") + 1:]).stall_steps == 50
+    assert handover_limit_words(vars(patient)) == ", asked for after 50 steps without progress"
+    assert "--stall-steps" not in fleet_learn_command(FleetLearningConfig(task="push"), "stall", Path("runs/r"), 1)
+    with pytest.raises(ValueError, match="must be at least 1"):
+        FleetLearningConfig(stall_steps=0)
+
+
 @pytest.mark.parametrize("options, message", [
     ({"mode_actions": ("ee_dz",)}, "--mode-actions needs --action-modes 2 or more"),
     ({"action_modes": 0}, "must be at least 1"),
