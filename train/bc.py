@@ -45,6 +45,7 @@ from core.files import code_version, repo_relative, write_json_atomic
 from core.options import parse_config
 from dataset.chunks import DataError, data_error_line
 from train.checkpoint import latest_checkpoint
+from train.encoder_pretrain import load_encoders
 from train.comm.comm_hooks import register_comm_hook
 from train.config import OptimConfig, TrainConfig
 from train.data import Labeller, StoreActions, training_data
@@ -210,7 +211,10 @@ def run_training(config: TrainConfig, labeller: Labeller | None = None, until: i
         data = training_data(config, labeller, master)
 
         torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-        policy = make_policy(data.spec, data.stats).to(device)
+        policy = make_policy(data.spec, data.stats)
+        if config.policy.cnn.init_encoders and latest_checkpoint(run) is None:  # a resume loads its own weights
+            load_encoders(policy, Path(config.policy.cnn.init_encoders))
+        policy = policy.to(device)
         model, comm_hook, sync_batchnorm_layers = wrap_ddp(policy, config, device) if ddp else (policy, "", 0)
         effective_batch = optim.batch_size * optim.grad_accum * world_size
         state = TrainingState.create(policy, optim, device, effective_batch)

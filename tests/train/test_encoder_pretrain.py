@@ -1,0 +1,100 @@
+"""Camera encoders pretrained by inverse dynamics (train/encoder_pretrain.py) learn, start a cnn through bc.py's
+--init-encoders, and are untrusted input: damaged, foreign or code-carrying files are refused in one line."""
+
+import hashlib
+import json
+import os
+import pickle
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from dataset import FleetStore
+from dataset.stats import fleet_stats
+from train.encoder_pretrain import DESCRIPTION, WEIGHTS, EncoderPretrainConfig, load_encoders, pretrain
+from train.policies.options import PolicyOptions
+from train.policies.policy import make_policy, policy_spec
+from train_helpers import train
+
+
+@pytest.fixture(scope="module")
+def encoders(camera_fleet, tmp_path_factory):
+    """Encoders pretrained for 60 steps on the camera fleet. Read-only."""
+    out = tmp_path_factory.mktemp("encoders") / "encoders"
+    description = pretrain(EncoderPretrainConfig(data=str(camera_fleet), out=str(out), gap=2, steps=60,
+                                                 batch_size=16))
+    return out, description
+
+
+def fresh_cnn(store_path):
+    store = FleetStore.open(store_path)
+    return make_policy(policy_spec(PolicyOptions(policy="cnn"), store.features), fleet_stats(store))
+
+
+def test_inverse_dynamics_learns_and_its_encoders_start_a_cnn(camera_fleet, encoders):
+    out, description = encoders
+    assert description["loss_last"] < description["loss_first"]
+    assert description["cameras"] == ["observation.images.front"] and description["gap"] == 2
+    policy = fresh_cnn(camera_fleet)
+    load_encoders(policy, out)
+    for key, value in load_file(out / WEIGHTS).items():
+        assert torch.equal(policy.encoders.state_dict()[key], value), key
+
+
+@pytest.mark.slow
+def test_bc_py_starts_from_pretrained_encoders_and_records_them(camera_fleet, encoders, tmp_path):
+    out, _ = encoders
+    run = tmp_path / "run"
+    completed = train("--data", camera_fleet, "--out", run, "--policy", "cnn", "--init-encoders", out,
+                      "--max-steps", "2", "--batch-size", "16", "--val-fraction", "0")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    config = json.loads((run / "config.json").read_text())["config"]
+    assert config["policy"]["cnn"]["init_encoders"] == str(out)
+    refused = train("--data", camera_fleet, "--out", tmp_path / "mlp", "--policy", "mlp", "--init-encoders", out,
+                    "--max-steps", "2")
+    assert refused.returncode != 0 and "--init-encoders starts a cnn's camera encoders" in refused.stderr
+    assert not (tmp_path / "mlp" / "checkpoints").exists()
+
+
+class Payload:
+    """Unpickling this runs a shell command that writes ``marker``."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.system, (f"echo PWNED > {self.marker}",)
+
+
+def rewritten(encoders_dir, tmp_path, weights: bytes | None = None, **fields):
+    """A copy of ``encoders_dir`` with other weights (their sha256 recorded to match) or description fields."""
+    copy = shutil.copytree(encoders_dir, tmp_path / "copy")
+    description = json.loads((copy / DESCRIPTION).read_text())
+    if weights is not None:
+        (copy / WEIGHTS).write_bytes(weights)
+        description["sha256"] = hashlib.sha256(weights).hexdigest()
+    (copy / DESCRIPTION).write_text(json.dumps({**description, **fields}))
+    return copy
+
+
+def test_damaged_foreign_or_code_carrying_encoders_are_refused(camera_fleet, encoders, tmp_path):
+    out, _ = encoders
+    policy = fresh_cnn(camera_fleet)
+    damaged = shutil.copytree(out, tmp_path / "damaged")
+    data = bytearray((damaged / WEIGHTS).read_bytes())
+    data[-1] ^= 0xFF
+    (damaged / WEIGHTS).write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="is damaged: its sha256 does not match"):
+        load_encoders(policy, damaged)
+    with pytest.raises(ValueError, match=r"fit cameras \['observation.images.wrist'\]"):
+        load_encoders(policy, rewritten(out, tmp_path / "cameras", cameras=["observation.images.wrist"]))
+    with pytest.raises(ValueError, match="fit vision_backbone resnet18"):
+        load_encoders(policy, rewritten(out, tmp_path / "backbone", vision_backbone="resnet18"))
+    marker = tmp_path / "pwned"
+    with pytest.raises(ValueError, match=f"cannot load {WEIGHTS}"):
+        load_encoders(policy, rewritten(out, tmp_path / "pickle", weights=pickle.dumps(Payload(marker))))
+    assert not marker.exists()
+    with pytest.raises(ValueError, match="--init-encoders .*No such file"):
+        load_encoders(policy, tmp_path / "nowhere")
