@@ -212,8 +212,8 @@ def run_training(config: TrainConfig, labeller: Labeller | None = None, until: i
 
         torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
         policy = make_policy(data.spec, data.stats)
-        if config.policy.cnn.init_encoders and latest_checkpoint(run) is None:  # a resume loads its own weights
-            load_encoders(policy, Path(config.policy.cnn.init_encoders))
+        if config.init_encoders and latest_checkpoint(run) is None:  # a resume loads its own weights
+            load_encoders(policy, Path(config.init_encoders))
         policy = policy.to(device)
         model, comm_hook, sync_batchnorm_layers = wrap_ddp(policy, config, device) if ddp else (policy, "", 0)
         effective_batch = optim.batch_size * optim.grad_accum * world_size

@@ -126,6 +126,9 @@ class TrainConfig:
         "help": "resume on other data of the same task (another collection or selection of it), with the "
                 "checkpoint's normalisation (default: refuse)"})
     seed: int = field(default=0, metadata={"help": "seeds the weights, the sampler and the split"})
+    init_encoders: str = field(default="", metadata={
+        "help": "start the cnn's camera encoders from train/encoder_pretrain.py's output in this directory "
+                "(default: random initialisation; a resume loads its own weights)"})
     data: DataConfig = field(default_factory=DataConfig)
     policy: PolicyOptions = field(default_factory=PolicyOptions)
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -134,6 +137,9 @@ class TrainConfig:
 
     def __post_init__(self):
         check_options(self, ("seed",), lambda value: value >= 0, "must not be negative")
+        if self.init_encoders and self.policy.policy != "cnn":
+            raise ValueError(f"--init-encoders starts a cnn's camera encoders; the {self.policy.policy} policy has "
+                             "none (use --policy cnn)")
         check_output_directory(self.out)
 
 

@@ -51,7 +51,7 @@ def test_bc_py_starts_from_pretrained_encoders_and_records_them(camera_fleet, en
                       "--max-steps", "2", "--batch-size", "16", "--val-fraction", "0")
     assert completed.returncode == 0, completed.stderr[-3000:]
     config = json.loads((run / "config.json").read_text())["config"]
-    assert config["policy"]["cnn"]["init_encoders"] == str(out)
+    assert config["init_encoders"] == str(out)
     refused = train("--data", camera_fleet, "--out", tmp_path / "mlp", "--policy", "mlp", "--init-encoders", out,
                     "--max-steps", "2")
     assert refused.returncode != 0 and "--init-encoders starts a cnn's camera encoders" in refused.stderr

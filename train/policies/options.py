@@ -23,9 +23,6 @@ class CNNOptions:
     """The cnn's own options (``train/policies/vision.py``)."""
 
     vision_backbone: str = field(default="small", metadata={"help": "cnn image encoder: small or resnet18"})
-    init_encoders: str = field(default="", metadata={
-        "help": "start the cnn's camera encoders from train/encoder_pretrain.py's output in this directory "
-                "(default: random initialisation)"})
 
     def __post_init__(self):
         check_choices(self, {"vision_backbone": VISION_BACKBONES})
@@ -78,9 +75,6 @@ class PolicyOptions:
         if self.policy == "act" and self.observation_steps != 1:
             raise ValueError(f"--n-obs-steps must be 1 for act (LeRobot's ACT takes one frame), got {self.n_obs_steps}")
         check_choices(self, {"inputs": ("auto", *INPUTS)})
-        if self.cnn.init_encoders and self.policy != "cnn":
-            raise ValueError(f"--init-encoders starts a cnn's camera encoders; the {self.policy} policy has none "
-                             "(use --policy cnn)")
         check_options(self, ("image_shift",), lambda value: value >= 0, "must not be negative")
         check_options(self, ("colour_jitter",), lambda value: 0.0 <= value < 1.0, "must be in [0, 1)")
         check_options(self, ("n_obs_steps", "horizon", "n_action_steps", "action_modes"),
