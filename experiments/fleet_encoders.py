@@ -1,0 +1,115 @@
+"""A fleet-learning run's frames trained again, the cnn's encoders pretrained on everything the fleet recorded.
+
+    python -m experiments.fleet_encoders --fleet-run runs/fleet_learning_push_5x10/ARM/run --rounds 4 \\
+        --data runs/fleet_learning_push_5x10/seed --action-modes 2 --mode-actions ee_dz --n-action-steps 4 \\
+        --seeds 0 1 --out runs/fleet_retrain/push_5x10_rounds_4_encoders
+
+Stages, each kept where it finished (a rerun carries on):
+
+1. ``train.encoder_pretrain`` on the seed (--data) and every frame of rounds 1..--rounds, expert-labelled or not,
+   into --encoders (default OUT_pretrained);
+2. for each training seed S, ``experiments.fleet_retrain`` on the seed demonstrations and the expert's labels of
+   those rounds, as the run trains a round's fresh policy (2,000 steps, batch 64 on 2 ranks), its encoders started
+   from stage 1 (``--init-encoders``), into OUT_seedS;
+3. each policy evaluated as experiments/fleet_learning.py evaluates a round: robots 0..49 x 10 held-out episodes
+   and held-out robots 50..79 x 5, into OUT_seedS_eval and OUT_seedS_eval_held_out.
+
+Writes experiments/results/NAME.json (--results-name): each seed's success with its 95% interval, per site, on
+held-out robots, their mean, the expert-labelled frames (the run's accounts at --rounds), and the command.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from benchmarks.common import machine_facts, write_results
+from core.files import repo_relative
+from core.options import parse_config
+from experiments.fleet_learning import accounted_rounds, run_accounts_of
+from experiments.full_run import StageClock, finished_evaluation, trained_step
+from train.fleet_learn import round_directory
+
+EVALUATIONS = {"fleet": (50, 10, 0), "held_out": (30, 5, 50)}  # robots, episodes, robot offset
+
+
+@dataclass
+class FleetEncodersConfig:
+    fleet_run: str = field(default="", metadata={"help": "a train/fleet_learn.py run (its --out)"})
+    rounds: int = field(default=1, metadata={"help": "its rounds 1..N: their labels train, all their frames pretrain"})
+    data: str = field(default="", metadata={"help": "the run's seed collection"})
+    action_modes: int = field(default=1, metadata={"help": "the policy's head, as the run's (bc.py --action-modes)"})
+    mode_actions: tuple[str, ...] = field(default=(), metadata={"help": "as the run's (bc.py --mode-actions)"})
+    n_action_steps: int | None = field(default=None, metadata={"help": "actions of a chunk executed, evaluating"})
+    steps: int = field(default=2000, metadata={"help": "training steps of each policy (a fresh round's)"})
+    pretrain_steps: int = field(default=1500, metadata={"help": "train.encoder_pretrain --steps"})
+    seeds: tuple[int, ...] = field(default=(0,), metadata={"help": "training seeds"})
+    encoders: str = field(default="", metadata={"help": "where the pretrained encoders go (default: OUT_pretrained)"})
+    out: str = field(default="runs/fleet_encoders", metadata={"help": "prefix of each seed's run and evaluations"})
+    results_name: str = field(default="fleet_encoders", metadata={"help": "experiments/results/NAME.json"})
+
+    def __post_init__(self):
+        if missing := [r for r in range(1, self.rounds + 1) if r not in accounted_rounds(Path(self.fleet_run))]:
+            raise ValueError(f"--fleet-run {self.fleet_run or '(none)'} has not finished round {missing[0]}")
+        self.encoders = self.encoders or f"{self.out}_pretrained"
+
+
+def head_options(config: FleetEncodersConfig) -> list[str]:
+    return [*(["--action-modes", str(config.action_modes)] if config.action_modes > 1 else []),
+            *(["--mode-actions", *config.mode_actions] if config.mode_actions else [])]
+
+
+def seed_result(config: FleetEncodersConfig, clock: StageClock, seed: int) -> dict:
+    """Train (unless trained) and evaluate (unless evaluated) the policy of training seed ``seed``; its figures."""
+    run = Path(f"{config.out}_seed{seed}")
+    clock.run(f"train_seed{seed}", f"train seed {seed}",
+              [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+               "experiments.fleet_retrain", "--fleet-run", config.fleet_run, "--rounds", str(config.rounds),
+               "--data", config.data, "--policy", "cnn", "--inputs", "proprio+cameras", "--hidden", "256", "256",
+               "--batch-size", "64", "--val-fraction", "0", "--seed", str(seed), "--max-steps", str(config.steps),
+               "--ema-decay", "0", *head_options(config), "--init-encoders", config.encoders, "--out", str(run)],
+              Path(f"{run}.log"), resumes=trained_step(run) is not None, done=trained_step(run) == config.steps)
+    result = {"seed": seed, "checkpoint": repo_relative(run)}
+    for key, (robots, episodes, offset) in EVALUATIONS.items():
+        where = Path(f"{run}_eval" + ("_held_out" if offset else ""))
+        clock.run(f"eval_seed{seed}_{key}", f"evaluate seed {seed} ({key})",
+                  [sys.executable, "-m", "eval.cli", "--checkpoint", str(run), "--robots", str(robots), "--episodes",
+                   str(episodes), "--robot-offset", str(offset), "--seed", "0", "--out", str(where), "--overwrite",
+                   "--quiet", *(["--n-action-steps", str(config.n_action_steps)] if config.n_action_steps else [])],
+                  Path(f"{where}.log"), resumes=False,
+                  done=finished_evaluation(where, config.steps, robots * episodes) is not None)
+        info = finished_evaluation(where, config.steps, robots * episodes)
+        result[key] = {"fleet": info["fleet"], "per_site": {site: figures["pc_success"]
+                                                            for site, figures in info["per_site"].items()},
+                       "code_version": info["code_version"]}
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict:
+    config = parse_config(FleetEncodersConfig, __doc__, argv)
+    clock = StageClock(Path(f"{config.out}_seconds.json"))
+    rounds = [repo_relative(round_directory(Path(config.fleet_run), r)) for r in range(1, config.rounds + 1)]
+    clock.run("pretrain", "pretrain the encoders",
+              [sys.executable, "-m", "train.encoder_pretrain", "--data", config.data, "--more", *rounds,
+               "--out", config.encoders, "--steps", str(config.pretrain_steps)], Path(f"{config.encoders}.log"),
+              resumes=False, done=(Path(config.encoders) / "encoders.json").exists())
+    seeds = [seed_result(config, clock, seed) for seed in config.seeds]
+    labelled = {account["round"]: account["labelled_so_far"] for account in run_accounts_of(Path(config.fleet_run))}
+    result = {"config": asdict(config), "machine": machine_facts(), "seconds": clock.seconds,
+              "command": "python -m experiments.fleet_encoders" + "".join(f" {a}" for a in (argv or sys.argv[1:])),
+              "expert_labelled_frames": labelled[config.rounds],
+              "encoders": json.loads((Path(config.encoders) / "encoders.json").read_text()),
+              "seeds": seeds, "mean_success": sum(s["fleet"]["fleet"]["pc_success"] for s in seeds) / len(seeds),
+              "mean_held_out": sum(s["held_out"]["fleet"]["pc_success"] for s in seeds) / len(seeds)}
+    write_results(config.results_name, result)
+    for seed in seeds:
+        print(f"seed {seed['seed']}: {seed['fleet']['fleet']['pc_success']:.1f}% {seed['fleet']['fleet']['ci95']}, "
+              f"held-out robots {seed['held_out']['fleet']['pc_success']:.1f}%")
+    print(f"mean {result['mean_success']:.1f}% from {result['expert_labelled_frames']:,} expert-labelled frames")
+    return result
+
+
+if __name__ == "__main__":
+    main()
