@@ -14,7 +14,7 @@ Stages, each kept where it finished (a rerun carries on):
 3. each policy evaluated as experiments/fleet_learning.py evaluates a round: robots 0..49 x 10 held-out episodes
    and held-out robots 50..79 x 5, into OUT_seedS_eval and OUT_seedS_eval_held_out.
 
-Writes experiments/results/NAME.json (--results-name): each seed's success with its 95% interval, per site, on
+Writes experiments/results/NAME.json (--results-dir, --results-name): each seed's success with its 95% interval, per site, on
 held-out robots, their mean, the expert-labelled frames (the run's accounts at --rounds), and the command.
 """
 
@@ -48,7 +48,8 @@ class FleetEncodersConfig:
     seeds: tuple[int, ...] = field(default=(0,), metadata={"help": "training seeds"})
     encoders: str = field(default="", metadata={"help": "where the pretrained encoders go (default: OUT_pretrained)"})
     out: str = field(default="runs/fleet_encoders", metadata={"help": "prefix of each seed's run and evaluations"})
-    results_name: str = field(default="fleet_encoders", metadata={"help": "experiments/results/NAME.json"})
+    results_name: str = field(default="fleet_encoders", metadata={"help": "RESULTS_DIR/NAME.json"})
+    results_dir: str = field(default="experiments/results", metadata={"help": "where NAME.json goes"})
 
     def __post_init__(self):
         if missing := [r for r in range(1, self.rounds + 1) if r not in accounted_rounds(Path(self.fleet_run))]:
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
               "encoders": json.loads((Path(config.encoders) / "encoders.json").read_text()),
               "seeds": seeds, "mean_success": sum(s["fleet"]["fleet"]["pc_success"] for s in seeds) / len(seeds),
               "mean_held_out": sum(s["held_out"]["fleet"]["pc_success"] for s in seeds) / len(seeds)}
-    write_results(config.results_name, result)
+    write_results(config.results_name, result, Path(config.results_dir))
     for seed in seeds:
         print(f"seed {seed['seed']}: {seed['fleet']['fleet']['pc_success']:.1f}% {seed['fleet']['fleet']['ci95']}, "
               f"held-out robots {seed['held_out']['fleet']['pc_success']:.1f}%")
