@@ -45,7 +45,6 @@ from core.files import code_version, repo_relative, write_json_atomic
 from core.options import parse_config
 from dataset.chunks import DataError, data_error_line
 from train.checkpoint import latest_checkpoint
-from train.encoder_pretrain import load_encoders
 from train.comm.comm_hooks import register_comm_hook
 from train.config import OptimConfig, TrainConfig
 from train.data import Labeller, StoreActions, training_data
@@ -211,14 +210,16 @@ def run_training(config: TrainConfig, labeller: Labeller | None = None, until: i
         data = training_data(config, labeller, master)
 
         torch.manual_seed(config.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-        policy = make_policy(data.spec, data.stats)
-        if config.init_encoders and latest_checkpoint(run) is None:  # a resume loads its own weights
-            load_encoders(policy, Path(config.init_encoders))
-        policy = policy.to(device)
+        policy = make_policy(data.spec, data.stats).to(device)
         model, comm_hook, sync_batchnorm_layers = wrap_ddp(policy, config, device) if ddp else (policy, "", 0)
         effective_batch = optim.batch_size * optim.grad_accum * world_size
         state = TrainingState.create(policy, optim, device, effective_batch)
         resumed = resume_from(config, data.spec, data.identity, quiet=not master)
+        if config.init_encoders and resumed is None:  # a resume carries on its own weights
+            from train.encoder_pretrain import load_encoders  # here: it imports torchvision, which mlp runs skip
+
+            # in place, on every rank alike: DDP, the optimiser and an EMA's first update all see these tensors
+            load_encoders(policy, Path(config.init_encoders))
         schedule_note = ""
         if resumed is not None:
             schedule_note = state.resume(resumed, optim.max_steps, until, rewarm)

@@ -52,6 +52,10 @@ def test_bc_py_starts_from_pretrained_encoders_and_records_them(camera_fleet, en
     assert completed.returncode == 0, completed.stderr[-3000:]
     config = json.loads((run / "config.json").read_text())["config"]
     assert config["init_encoders"] == str(out)
+    carried_on = train("--data", camera_fleet, "--out", run, "--policy", "cnn", "--init-encoders", out.parent / "gone",
+                       "--max-steps", "3", "--batch-size", "16", "--val-fraction", "0")
+    assert carried_on.returncode == 0, carried_on.stderr[-3000:]  # a resume carries on its own weights
+    assert "resumed from step 2" in carried_on.stdout
     refused = train("--data", camera_fleet, "--out", tmp_path / "mlp", "--policy", "mlp", "--init-encoders", out,
                     "--max-steps", "2")
     assert refused.returncode != 0 and "--init-encoders starts a cnn's camera encoders" in refused.stderr
