@@ -28,11 +28,11 @@ from pathlib import Path
 from benchmarks.common import machine_facts, write_results
 from core.files import repo_relative
 from core.options import parse_config
-from experiments.fleet_learning import accounted_rounds, run_accounts_of
-from experiments.full_run import StageClock, finished_evaluation, trained_step
+from experiments.fleet_learning import FleetLearningConfig, accounted_rounds, evaluated, run_accounts_of
+from experiments.full_run import StageClock, trained_step
 from train.fleet_learn import round_directory
 
-EVALUATIONS = {"fleet": (50, 10, 0), "held_out": (30, 5, 50)}  # robots, episodes, robot offset
+EVALUATION = FleetLearningConfig()  # how a fleet-learning round is evaluated: robots 0..49 x 10, held-out 50..79 x 5
 
 
 @dataclass
@@ -72,20 +72,10 @@ def seed_result(config: FleetEncodersConfig, clock: StageClock, seed: int) -> di
                "--batch-size", "64", "--val-fraction", "0", "--seed", str(seed), "--max-steps", str(config.steps),
                "--ema-decay", "0", *head_options(config), "--init-encoders", config.encoders, "--out", str(run)],
               Path(f"{run}.log"), resumes=trained_step(run) is not None, done=trained_step(run) == config.steps)
-    result = {"seed": seed, "checkpoint": repo_relative(run)}
-    for key, (robots, episodes, offset) in EVALUATIONS.items():
-        where = Path(f"{run}_eval" + ("_held_out" if offset else ""))
-        clock.run(f"eval_seed{seed}_{key}", f"evaluate seed {seed} ({key})",
-                  [sys.executable, "-m", "eval.cli", "--checkpoint", str(run), "--robots", str(robots), "--episodes",
-                   str(episodes), "--robot-offset", str(offset), "--seed", "0", "--out", str(where), "--overwrite",
-                   "--quiet", *(["--n-action-steps", str(config.n_action_steps)] if config.n_action_steps else [])],
-                  Path(f"{where}.log"), resumes=False,
-                  done=finished_evaluation(where, config.steps, robots * episodes) is not None)
-        info = finished_evaluation(where, config.steps, robots * episodes)
-        result[key] = {"fleet": info["fleet"], "per_site": {site: figures["pc_success"]
-                                                            for site, figures in info["per_site"].items()},
-                       "code_version": info["code_version"]}
-    return result
+    n_action_steps = ["--n-action-steps", str(config.n_action_steps)] if config.n_action_steps else []
+    return {"seed": seed, "checkpoint": repo_relative(run),
+            **evaluated(EVALUATION, clock, f"seed{seed}", ["--checkpoint", str(run), *n_action_steps],
+                        Path(f"{run}_eval"), config.steps)}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -102,11 +92,11 @@ def main(argv: list[str] | None = None) -> dict:
               "command": "python -m experiments.fleet_encoders" + "".join(f" {a}" for a in (argv or sys.argv[1:])),
               "expert_labelled_frames": labelled[config.rounds],
               "encoders": json.loads((Path(config.encoders) / "encoders.json").read_text()),
-              "seeds": seeds, "mean_success": sum(s["fleet"]["fleet"]["pc_success"] for s in seeds) / len(seeds),
+              "seeds": seeds, "mean_success": sum(s["fleet"]["pc_success"] for s in seeds) / len(seeds),
               "mean_held_out": sum(s["held_out"]["fleet"]["pc_success"] for s in seeds) / len(seeds)}
     write_results(config.results_name, result, Path(config.results_dir))
     for seed in seeds:
-        print(f"seed {seed['seed']}: {seed['fleet']['fleet']['pc_success']:.1f}% {seed['fleet']['fleet']['ci95']}, "
+        print(f"seed {seed['seed']}: {seed['fleet']['pc_success']:.1f}% {seed['fleet']['ci95']}, "
               f"held-out robots {seed['held_out']['fleet']['pc_success']:.1f}%")
     print(f"mean {result['mean_success']:.1f}% from {result['expert_labelled_frames']:,} expert-labelled frames")
     return result

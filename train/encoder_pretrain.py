@@ -50,6 +50,7 @@ from train.augment import images_to_model, random_shift
 from train.policies.options import VISION_BACKBONES
 from train.policies.policy import Normalizer, masked_mean, module_key
 from train.policies.vision import EMBED, image_encoder
+from train.schedule import learning_rate_factor
 
 WEIGHTS, DESCRIPTION = "encoders.safetensors", "encoders.json"
 LOG_EVERY = 50  # steps a logged loss averages
@@ -129,8 +130,7 @@ def pretrain(config: EncoderPretrainConfig) -> dict:
     height, width, channels = features[cameras[0]]["shape"]
     model = InverseDynamics(cameras, channels, config, stats, features["action"]["shape"][0])
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimiser, lambda step: 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(step / config.steps, 1.0))))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: learning_rate_factor(step, 0, config.steps))
     loader, pairs = pairs_of(stores, cameras, config.gap, config.batch_size, config.seed)
     print(f"inverse dynamics over {config.gap} steps from {', '.join(cameras)}: {pairs:,} frames of "
           f"{len(stores)} store(s), {config.steps} steps at batch {config.batch_size}", flush=True)
