@@ -12,7 +12,8 @@ between them: inverse dynamics, which needs no expert and no reward. The cameras
 proprioception would answer it by itself, so it is left out), so the encoders learn to see how the arm, and what
 it touches, moves.
 
-Every episode of --data and of the --more stores trains, failures included. Images and actions are normalised by
+Every episode of --data and of the --more stores trains, failures included (or each robot's first
+--episodes-per-robot, to match a cnn trained on those only). Images and actions are normalised by
 --data's statistics, as a cnn trained on --data normalises them, and both frames of a pair are shifted alike by up
 to --image-shift pixels (a shift between them would look like motion). Writes, in --out:
 
@@ -61,6 +62,8 @@ class EncoderPretrainConfig:
     data: str = field(default="", metadata={"help": "fleet store whose statistics normalise (the cnn's --data)"})
     more: tuple[str, ...] = field(default=(), metadata={
         "help": "more fleet stores (fleet-learning rounds): every episode of them trains, failures included"})
+    episodes_per_robot: int = field(default=0, metadata={
+        "help": "pretrain on each robot's first N episodes of every store only (0: all of them)"})
     out: str = field(default="runs/encoders", metadata={"help": "where encoders.safetensors and .json go"})
     gap: int = field(default=4, metadata={"help": "frames between the two images of a pair: the actions predicted"})
     steps: int = field(default=1500, metadata={"help": "training steps"})
@@ -74,7 +77,7 @@ class EncoderPretrainConfig:
     def __post_init__(self):
         check_choices(self, {"vision_backbone": VISION_BACKBONES})
         check_options(self, ("gap", "steps", "batch_size", "hidden"), lambda value: value >= 1, "must be at least 1")
-        check_options(self, ("image_shift",), lambda value: value >= 0, "must not be negative")
+        check_options(self, ("image_shift", "episodes_per_robot"), lambda value: value >= 0, "must not be negative")
         if not self.data:
             raise ValueError("--data is required: the fleet store the cnn will train on")
 
@@ -108,10 +111,11 @@ class InverseDynamics(nn.Module):
         return masked_mean(error, batch["action_is_pad"])
 
 
-def pairs_of(stores: list[FleetStore], cameras: list[str], gap: int, batch_size: int, seed: int):
-    """The loader of every episode of ``stores``: camera frames ``t - gap`` and ``t``, actions ``t - gap .. t - 1``."""
+def pairs_of(stores: list[FleetStore], cameras: list[str], gap: int, batch_size: int, seed: int, per_robot: int = 0):
+    """The loader of every episode of ``stores`` (each robot's first ``per_robot`` only, if not 0): camera frames
+    ``t - gap`` and ``t``, actions ``t - gap .. t - 1``."""
     spec = WindowSpec({**{name: (-gap, 0) for name in cameras}, "action": tuple(range(-gap, 0))})
-    windows = FleetWindowDataset(stores, select_episodes(stores, success=None), spec)
+    windows = FleetWindowDataset(stores, select_episodes(stores, success=None, per_robot=per_robot or None), spec)
     return make_dataloader(windows, batch_size=batch_size, seed=seed), len(windows)
 
 
@@ -131,7 +135,8 @@ def pretrain(config: EncoderPretrainConfig) -> dict:
     model = InverseDynamics(cameras, channels, config, stats, features["action"]["shape"][0])
     optimiser = torch.optim.AdamW(model.parameters(), lr=config.lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: learning_rate_factor(step, 0, config.steps))
-    loader, pairs = pairs_of(stores, cameras, config.gap, config.batch_size, config.seed)
+    loader, pairs = pairs_of(stores, cameras, config.gap, config.batch_size, config.seed,
+                             config.episodes_per_robot)
     print(f"inverse dynamics over {config.gap} steps from {', '.join(cameras)}: {pairs:,} frames of "
           f"{len(stores)} store(s), {config.steps} steps at batch {config.batch_size}", flush=True)
     logged, window, step, epoch = [], [], 0, 0

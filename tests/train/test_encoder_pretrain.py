@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from dataset import FleetStore
 from dataset.stats import fleet_stats
-from train.encoder_pretrain import DESCRIPTION, WEIGHTS, EncoderPretrainConfig, load_encoders, pretrain
+from train.encoder_pretrain import DESCRIPTION, WEIGHTS, EncoderPretrainConfig, load_encoders, pairs_of, pretrain
 from train.policies.options import PolicyOptions
 from train.policies.policy import make_policy, policy_spec
 from train_helpers import train
@@ -102,3 +102,11 @@ def test_damaged_foreign_or_code_carrying_encoders_are_refused(camera_fleet, enc
     assert not marker.exists()
     with pytest.raises(ValueError, match="--init-encoders .*No such file"):
         load_encoders(policy, tmp_path / "nowhere")
+
+
+def test_episodes_per_robot_pretrains_on_each_robots_first_episodes_only(camera_fleet):
+    store = FleetStore.open(camera_fleet)
+    _, every_frame = pairs_of([store], ["observation.images.front"], 2, 16, 0)
+    _, first_frames = pairs_of([store], ["observation.images.front"], 2, 16, 0, per_robot=1)
+    assert every_frame == sum(store.shards[robot].episode_ends[-1] for robot in store.robots)
+    assert first_frames == sum(store.shards[robot].episode_ends[0] for robot in store.robots) < every_frame
