@@ -71,7 +71,7 @@ from experiments.fleet_learning_report import check_results_are_its_own, publish
 from experiments.full_run import StageClock, finished_evaluation, trained_step
 from train.checkpoint import Checkpoint, latest_checkpoint, open_checkpoint
 from train.fleet.accounting import seed_frames
-from train.fleet_learn import RETRAIN, check_round_epochs, fresh_round_steps, round_policy
+from train.fleet_learn import RETRAIN, check_pretrain_steps, check_round_epochs, fresh_round_steps, round_policy
 
 
 SETTINGS = {  # the defaults of each --setting
@@ -120,6 +120,9 @@ class FleetLearningConfig:
                 "frames so far, and at least --round-steps (fleet_learn.py --round-epochs; 0: --round-steps alone)"})
     own_successes: bool = field(default=False, metadata={
         "help": "also train on the deployed episodes the policy succeeded in alone (fleet_learn.py --own-successes)"})
+    pretrain_steps: int = field(default=0, metadata={
+        "help": "with --retrain fresh and a cnn: pretrain each round's camera encoders this many steps on every "
+                "recorded frame so far (fleet_learn.py --pretrain-steps; 0: not)"})
     action_modes: int = field(default=1, metadata={
         "help": "the policy's head (train/bc.py --action-modes): 1 regresses the action chunk, K > 1 fits a mixture "
                 "of K modes and acts on the likeliest"})
@@ -173,6 +176,7 @@ class FleetLearningConfig:
                              "eval_robots", "eval_episodes", "workers"), lambda value: value >= 1,
                       "must be at least 1")
         check_round_epochs(self)
+        check_pretrain_steps(self, self.policy)
         check_options(self, ("max_handovers", "stall_steps"), lambda value: value is None or value >= 1,
                       "must be at least 1")
         check_options(self, ("action_modes",), lambda value: value >= 1, "must be at least 1")
@@ -194,9 +198,10 @@ class FleetLearningConfig:
     def deployment(self) -> str:
         """How each round deploys and retrains, as a name's suffix: empty in waves, ``_Nx_continuous`` for N
         episodes a robot deployed continuously, and ``hand_overs``; then ``_fresh`` where each round trains a fresh
-        policy (``_fresh_E_epochs`` for --round-epochs E), and ``_own_successes`` where the policy's own successes
-        train too."""
-        fresh = "_fresh" + (f"_{self.round_epochs:g}_epochs" if self.round_epochs else "")
+        policy (``_fresh_E_epochs`` for --round-epochs E, then ``_encoders_pretrained_N_steps`` for
+        --pretrain-steps N), and ``_own_successes`` where the policy's own successes train too."""
+        fresh = "_fresh" + (f"_{self.round_epochs:g}_epochs" if self.round_epochs else "") + \
+            (f"_encoders_pretrained_{self.pretrain_steps}_steps" if self.pretrain_steps else "")
         return (f"_{self.deploy_episodes}x_continuous" if self.continuous else "") + self.hand_overs + \
             (fresh if self.retrain == "fresh" else "") + ("_own_successes" if self.own_successes else "")
 
@@ -256,6 +261,7 @@ def fleet_learn_command(config: FleetLearningConfig, gate: str, run: Path, stop_
             "--max-steps", str(config.seed_steps), "--rounds", str(config.rounds), "--stop-after", str(stop_after),
             "--round-steps", str(config.round_steps), "--round-lr", str(config.round_lr), "--retrain", config.retrain,
             *(["--round-epochs", str(config.round_epochs)] if config.round_epochs else []),
+            *(["--pretrain-steps", str(config.pretrain_steps)] if config.pretrain_steps else []),
             "--gate", gate, "--operators", str(config.operators),
             "--help-steps", str(config.help_steps), "--segment-steps", str(config.segment_steps),
             *(["--max-handovers", str(config.max_handovers)] if config.max_handovers else []),

@@ -115,10 +115,17 @@ def rows(runs: dict, expert: dict, curve: list[dict]) -> list[dict]:
 
 def fresh_training(config: dict) -> str:
     """How long each round's fresh policy trains, in words: ``--round-steps`` steps, or with ``--round-epochs``
-    that many passes over its data and at least ``--round-steps``."""
+    that many passes over its data and at least ``--round-steps``; then ``pretraining_words``."""
     steps = f"{config['round_steps']} steps"
-    return f"{config['round_epochs']:g} passes over its data (at least {steps})" if config.get("round_epochs") \
-        else steps
+    return (f"{config['round_epochs']:g} passes over its data (at least {steps})" if config.get("round_epochs")
+            else steps) + pretraining_words(config)
+
+
+def pretraining_words(config: dict) -> str:
+    """", from camera encoders pretrained N steps on every recorded frame" for a run with --pretrain-steps N;
+    else empty."""
+    return f", from camera encoders pretrained {config['pretrain_steps']} steps on every recorded frame" \
+        if config.get("pretrain_steps") else ""
 
 
 def head_words(config: dict) -> str:
@@ -260,7 +267,7 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
     ratios = ", ".join(f"{gate} {ratio:.2f}" for gate, ratio in result["rohe_over_random"].items() if gate != "random")
     over_random = f"\n\nROHE over all rounds, over the random gate's: {ratios}." if ratios else ""
     fresh = ", a fresh policy each round" + (f" for {config.round_epochs:g} passes over its data"
-                                             if config.round_epochs else "")
+                                             if config.round_epochs else "") + pretraining_words(config_dict)
     write_section(Path(config.docs), config.name, f"## The recorded run ({config.setting}, {config.task}"
                   + (f", {config.deploy_episodes} episodes a robot each round, continuously" if config.continuous
                      else "") + (f", hand-overs of up to {config.segment_steps} steps" if config.hand_overs else "")

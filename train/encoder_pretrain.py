@@ -52,6 +52,7 @@ from train.policies.options import VISION_BACKBONES
 from train.policies.policy import Normalizer, masked_mean, module_key
 from train.policies.vision import EMBED, image_encoder
 from train.schedule import learning_rate_factor
+from train.threads import ThreadShare
 
 WEIGHTS, DESCRIPTION = "encoders.safetensors", "encoders.json"
 LOG_EVERY = 50  # steps a logged loss averages
@@ -140,22 +141,24 @@ def pretrain(config: EncoderPretrainConfig) -> dict:
     print(f"inverse dynamics over {config.gap} steps from {', '.join(cameras)}: {pairs:,} frames of "
           f"{len(stores)} store(s), {config.steps} steps at batch {config.batch_size}", flush=True)
     logged, window, step, epoch = [], [], 0, 0
-    while step < config.steps:
-        loader.set_epoch(epoch)
-        for batch in loader:
-            loss = model(batch)
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            optimiser.step()
-            schedule.step()
-            step, window = step + 1, [*window, loss.item()]
-            if len(window) == LOG_EVERY or step == config.steps:
-                logged.append(float(np.mean(window)))
-                print(f"step {step} loss {logged[-1]:.4f}", flush=True)
-                window = []
-            if step == config.steps:
-                break
-        epoch += 1
+    with ThreadShare(local_ranks=1) as threads:  # one process, also where torchrun's other ranks wait for it
+        while step < config.steps:
+            loader.set_epoch(epoch)
+            for batch in loader:
+                loss = model(batch)
+                optimiser.zero_grad(set_to_none=True)
+                loss.backward()
+                optimiser.step()
+                schedule.step()
+                threads.refresh()
+                step, window = step + 1, [*window, loss.item()]
+                if len(window) == LOG_EVERY or step == config.steps:
+                    logged.append(float(np.mean(window)))
+                    print(f"step {step} loss {logged[-1]:.4f}", flush=True)
+                    window = []
+                if step == config.steps:
+                    break
+            epoch += 1
     description = {"cameras": cameras, "vision_backbone": config.vision_backbone, "image_shape": [channels, height, width],
                    "gap": config.gap, "steps": config.steps, "frames": pairs,
                    "stores": [repo_relative(store.path) for store in stores], "loss_first": logged[0],

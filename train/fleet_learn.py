@@ -20,7 +20,11 @@ does (OUT may already hold a bc.py run on them: it carries on). Then each round 
    initialisation for --round-steps on the same data, in OUT/fleet/round_r_trained: the next
    round deploys it (with --round-epochs, for that many passes over the expert-labelled frames
    so far, if that takes more steps). With --own-successes, the deployed episodes the policy
-   succeeded in alone train too, its own actions the targets: they cost no expert frame;
+   succeeded in alone train too, its own actions the targets: they cost no expert frame. With
+   --pretrain-steps N (a cnn, --retrain fresh), rank 0 first pretrains the fresh policy's
+   camera encoders for N steps on every frame recorded so far, the seed store's and every
+   round's, whoever acted (train/encoder_pretrain.py), in OUT/fleet/round_r_encoders: they
+   need no expert label;
 3. **accounts** for it: OUT/fleet/accounts.json and a table (train/fleet/accounting.py):
    expert-labelled frames with the seed's, deployment success, autonomy, hand-overs, ROHE.
 
@@ -97,6 +101,11 @@ class FleetLearnConfig(TrainConfig, GateOptions):
         "help": "with --retrain fresh: train each round's fresh policy for this many passes over its expert-labelled "
                 "frames, the seed's and every round's so far, at the global batch (batch size x ranks x grad "
                 "accumulation), and at least --round-steps; 0: --round-steps alone"})
+    pretrain_steps: int = field(default=0, metadata={
+        "help": "with --retrain fresh and a cnn: pretrain each round's fresh policy's camera encoders for this many "
+                "steps by inverse dynamics on every frame recorded so far, the seed's and every round's "
+                "(train/encoder_pretrain.py; 0: they start at random, or from --init-encoders)"})
+    pretrain_batch_size: int = field(default=128, metadata={"help": "frame pairs per pretraining step"})
     own_successes: bool = field(default=False, metadata={
         "help": "also train on the deployed episodes the policy succeeded in without help, its own actions the "
                 "targets (they cost no expert frame)"})
@@ -116,11 +125,13 @@ class FleetLearnConfig(TrainConfig, GateOptions):
         if self.own_successes and self.gate == "dagger":
             raise ValueError("--own-successes: with --gate dagger the expert labels every deployed frame already")
         check_round_epochs(self)
+        check_pretrain_steps(self, self.policy.policy)
         check_options(self, ("rounds", "stop_after"), lambda value: value is None or value >= 0,
                       "must not be negative")
         check_options(self, ("round_lr",), lambda value: 0.0 <= value <= 1.0, "must be in [0, 1]")
         check_options(self, ("operators", "help_steps", "segment_steps", "fleet_robots", "deploy_episodes",
-                             "round_steps", "workers"), lambda value: value >= 1, "must be at least 1")
+                             "round_steps", "pretrain_batch_size", "workers"), lambda value: value >= 1,
+                      "must be at least 1")
 
         self.help()  # its checks, before anything trains
 
@@ -145,6 +156,17 @@ def check_round_epochs(config) -> None:
                          "it sizes --retrain fresh's policies")
 
 
+def check_pretrain_steps(config, policy: str) -> None:
+    """--pretrain-steps' checks, for a config with ``pretrain_steps`` and ``retrain`` and a ``policy`` kind
+    (experiments/fleet_learning.py's too): not negative, with --retrain fresh and a cnn only."""
+    check_options(config, ("pretrain_steps",), lambda value: value >= 0, "must not be negative")
+    if config.pretrain_steps and config.retrain != "fresh":
+        raise ValueError("--pretrain-steps: encoders are pretrained for --retrain fresh's policies, which start anew")
+    if config.pretrain_steps and policy != "cnn":
+        raise ValueError(f"--pretrain-steps pretrains a cnn's camera encoders; the {policy} policy has none "
+                         "(use --policy cnn)")
+
+
 def fresh_round_steps(round_steps: int, round_epochs: float, labelled_frames: int, global_batch: int) -> int:
     """The steps a round's fresh policy trains (--retrain fresh): ``round_epochs`` passes over ``labelled_frames``
     at ``global_batch`` windows a step (batch size x ranks x grad accumulation), rounded up, and at least
@@ -159,6 +181,11 @@ def round_directory(run: Path, round: int) -> Path:
 def fresh_directory(run: Path, round: int) -> Path:
     """Where --retrain fresh trains round ``round``'s policy."""
     return Path(run) / "fleet" / f"round_{round}_trained"
+
+
+def encoders_directory(run: Path, round: int) -> Path:
+    """Where --pretrain-steps pretrains round ``round``'s encoders."""
+    return Path(run) / "fleet" / f"round_{round}_encoders"
 
 
 def round_policy(run: Path, round: int) -> Path:
@@ -226,9 +253,30 @@ def trained_to(run: Path) -> int:
     return open_checkpoint(latest, quiet=True).step if latest else 0
 
 
-def train_fresh(config: FleetLearnConfig, round: int, labels: DeploymentLabels, labelled: int) -> None:
-    """Round ``round``'s fresh policy (--retrain fresh), unless it is trained: --round-steps, or with
-    --round-epochs as many passes over the ``labelled`` expert-labelled frames so far, if that takes more."""
+def pretrain_round_encoders(config: FleetLearnConfig, rounds: list[FleetStore]) -> Path:
+    """Round ``len(rounds)``'s pretrained encoders (--pretrain-steps), on every frame of the seed store and of
+    ``rounds``: rank 0 pretrains them unless they are there, while the other ranks wait."""
+    from train.encoder_pretrain import DESCRIPTION, EncoderPretrainConfig, pretrain  # torchvision: cnn runs only
+
+    out = encoders_directory(Path(config.out), len(rounds))
+    if (not dist.is_initialized() or dist.get_rank() == 0) and not (out / DESCRIPTION).exists():
+        print(f"round {len(rounds)}: pretraining the camera encoders {config.pretrain_steps:,} steps on every "
+              f"recorded frame, the seed's and {len(rounds)} round(s)'", flush=True)
+        pretrain(EncoderPretrainConfig(data=config.data.data, more=tuple(str(store.path) for store in rounds),
+                                       out=str(out), steps=config.pretrain_steps,
+                                       batch_size=config.pretrain_batch_size,
+                                       vision_backbone=config.policy.cnn.vision_backbone, seed=config.seed))
+        crash_point("fleet-pretrained")
+    if dist.is_initialized():
+        dist.barrier()
+    return out
+
+
+def train_fresh(config: FleetLearnConfig, rounds: list[FleetStore], labels: DeploymentLabels, labelled: int) -> None:
+    """Round ``len(rounds)``'s fresh policy (--retrain fresh), unless it is trained: --round-steps, or with
+    --round-epochs as many passes over the ``labelled`` expert-labelled frames so far, if that takes more; from
+    encoders pretrained on every frame so far with --pretrain-steps."""
+    round = len(rounds)
     rank, world_size = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     batch = config.optim.batch_size * config.optim.grad_accum * world_size
     steps = fresh_round_steps(config.round_steps, config.round_epochs, labelled, batch)
@@ -236,6 +284,8 @@ def train_fresh(config: FleetLearnConfig, round: int, labels: DeploymentLabels, 
                                 optim=dataclasses.replace(config.optim, max_steps=steps))
     if trained_to(Path(fresh.out)) >= steps:
         return
+    if config.pretrain_steps:
+        fresh = dataclasses.replace(fresh, init_encoders=str(pretrain_round_encoders(config, rounds)))
     if rank == 0:
         passes = f"{config.round_epochs:g} pass{'' if config.round_epochs == 1 else 'es'} over {labelled:,} " \
             f"expert-labelled frames at batch {batch:,}"
@@ -252,7 +302,7 @@ def train_round(config: FleetLearnConfig, rounds: list[FleetStore], labelled: in
     or a fresh policy trains (``train_fresh``)."""
     round, labels = len(rounds), DeploymentLabels(rounds, config.own_successes) if rounds else None
     if config.retrain == "fresh" and round:
-        train_fresh(config, round, labels, labelled)
+        train_fresh(config, rounds, labels, labelled)
         return
     until = config.optim.max_steps + round * config.round_steps
     if trained_to(Path(config.out)) < until:  # a finished round is not loaded again

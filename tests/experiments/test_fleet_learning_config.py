@@ -12,7 +12,7 @@ from core.options import parse_config
 from experiments import fleet_learning
 from experiments.fleet_learning import FleetLearningConfig, arm_directory, fleet_learn_command, training_options
 from experiments.fleet_learning_report import (bc_frames_for, bc_points, check_results_are_its_own, code_words,
-                                               goal_curve, handover_limit_words, head_words)
+                                               fresh_training, goal_curve, handover_limit_words, head_words)
 from train.config import TrainConfig
 from train.fleet_learn import FleetLearnConfig
 
@@ -70,6 +70,22 @@ def test_a_patient_stall_gate_reaches_fleet_learn_py_and_is_an_arm_of_its_own():
     assert "--stall-steps" not in fleet_learn_command(FleetLearningConfig(task="push"), "stall", Path("runs/r"), 1)
     with pytest.raises(ValueError, match="must be at least 1"):
         FleetLearningConfig(stall_steps=0)
+
+
+def test_encoders_pretrained_each_round_reach_fleet_learn_py_and_are_an_arm_of_their_own():
+    pretrained = FleetLearningConfig(task="push", retrain="fresh", segment_steps=10, pretrain_steps=1500)
+    assert arm_directory(pretrained, "stall") == \
+        Path("runs/fleet_learning_push/stall_10_step_hand_overs_fresh_encoders_pretrained_1500_steps")
+    command = fleet_learn_command(pretrained, "stall", Path("runs/unused/run"), 1)
+    parsed = parse_config(FleetLearnConfig, "", command[command.index("train/fleet_learn.py") + 1:])
+    assert (parsed.pretrain_steps, parsed.retrain, parsed.policy.policy) == (1500, "fresh", "cnn")
+    assert fresh_training(vars(pretrained)).endswith(", from camera encoders pretrained 1500 steps on every "
+                                                     "recorded frame")
+    assert "--pretrain-steps" not in fleet_learn_command(FleetLearningConfig(task="push"), "stall", Path("runs/r"), 1)
+    with pytest.raises(ValueError, match="--pretrain-steps: encoders are pretrained for --retrain fresh's policies"):
+        FleetLearningConfig(pretrain_steps=1500)
+    with pytest.raises(ValueError, match="the mlp policy has none"):
+        FleetLearningConfig(setting="state", retrain="fresh", pretrain_steps=1500)
 
 
 @pytest.mark.parametrize("options, message", [

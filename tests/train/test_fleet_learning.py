@@ -4,6 +4,7 @@ resume after a kill, and two rounds end to end under torchrun."""
 import json
 import math
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -341,6 +342,33 @@ def test_round_epochs_size_each_fresh_policy_by_its_labelled_frames_and_a_rerun_
 
 
 @pytest.mark.slow
+def test_pretrain_steps_start_each_fresh_policy_from_encoders_pretrained_on_every_recorded_frame(camera_fleet,
+                                                                                                 tmp_path):
+    run = tmp_path / "run"
+    options = ("--policy", "cnn", "--batch-size", "16", "--fleet-robots", "2", "--deploy-episodes", "2",
+               "--retrain", "fresh", "--pretrain-steps", "4", "--pretrain-batch-size", "16")
+    killed = fleet_learn(run, camera_fleet, *options, crash_at="fleet-pretrained")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert "round 1: pretraining the camera encoders 4 steps" in killed.stdout
+    encoders = run / "fleet" / "round_1_encoders"
+    written = (encoders / "encoders.json").stat().st_mtime_ns
+    assert not (run / "fleet" / "round_1_trained").exists()
+    completed = fleet_learn(run, camera_fleet, *options)  # carries on from the encoders the crash left
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "pretraining" not in completed.stdout and (encoders / "encoders.json").stat().st_mtime_ns == written
+    description = json.loads((encoders / "encoders.json").read_text())
+    stores = [FleetStore.open(camera_fleet), FleetStore.open(run / "fleet" / "round_1")]
+    assert description["frames"] == sum(episode.length for episode in select_episodes(stores, success=None))
+    assert [store.rsplit("/", 1)[-1] for store in description["stores"]] == [camera_fleet.name, "round_1"]
+    trained = json.loads((run / "fleet" / "round_1_trained" / "config.json").read_text())["config"]
+    assert trained["init_encoders"] == str(encoders) and trained["pretrain_steps"] == 4
+    seed_policy = json.loads((run / "config.json").read_text())["config"]
+    assert seed_policy["init_encoders"] == ""  # round 0 starts as --init-encoders says: here at random
+    again = fleet_learn(run, camera_fleet, *options)
+    assert again.returncode == 0 and "pretraining" not in again.stdout and "a fresh policy" not in again.stdout
+
+
+@pytest.mark.slow
 @pytest.mark.cluster
 def test_two_rounds_under_torchrun_train_on_the_seed_and_the_expert_labels(pick_place_fleet, tmp_path):
     run = tmp_path / "run"
@@ -366,6 +394,9 @@ def test_two_rounds_under_torchrun_train_on_the_seed_and_the_expert_labels(pick_
     (("--operators", "-1"), "--operators must be at least 1"),
     (("--min-segment-steps", "40"), "--min-segment-steps must be in [1, --segment-steps (30)]"),
     (("--max-handovers", "0"), "--max-handovers must be at least 1"),
+    (("--pretrain-steps", "10"), "--pretrain-steps: encoders are pretrained for --retrain fresh's policies"),
+    (("--retrain", "fresh", "--pretrain-steps", "10"), "--pretrain-steps pretrains a cnn's camera encoders; the mlp"),
+    (("--retrain", "fresh", "--pretrain-steps", "-1"), "--pretrain-steps must not be negative"),
 ])
 def test_bad_options_are_one_line(options, message, pick_place_fleet, tmp_path, capsys):
     """fleet_learn.py's main in this process (its bad input as users meet it: the refusals below and
