@@ -30,10 +30,11 @@ def bc_points(task: str, frames_per_demo: float, setting: str, action_modes: int
     (held-out robots) and ``full_run`` (the training robots on held-out seeds) for the regressing head at bc.py's
     default acting, and ``same_head``, the training robots' points for the run's own head and acting where those
     differ: the full run's and the ``bc_curve`` points of any results file; each with expert-labelled frames and
-    success over the expert."""
+    success over the expert. ``bc_curve`` points marked ``"encoders": "pretrained"`` (experiments/bc_encoders.py)
+    are ``pretrained_encoders``, apart from the curve from random encoders."""
     results = REPO / "experiments" / "results"
     suffix = "" if setting == "state" else f"_{setting}"
-    points: dict[str, list[dict]] = {"scaling": [], "full_run": [], "same_head": []}
+    points: dict[str, list[dict]] = {"scaling": [], "full_run": [], "same_head": [], "pretrained_encoders": []}
     scaling = json.loads((results / f"scaling{suffix}.json").read_text())
     expert = scaling["experts"][task]["fleet"]["pc_success"]
     for point in scaling["points"]:
@@ -42,7 +43,7 @@ def bc_points(task: str, frames_per_demo: float, setting: str, action_modes: int
                                       "success": point["success"]["pc_success"] / expert})
     default_acting = PolicyOptions.n_action_steps
     run_head = (action_modes, tuple(mode_actions), n_action_steps or default_acting)
-    same_head = {}  # by demonstrations: a curve's counted frames replace the full run's estimate
+    same_head, pretrained = {}, {}  # by demonstrations: a curve's counted frames replace the full run's estimate
     for row in json.loads((results / f"full_run{suffix}.json").read_text())["results"]:
         kind = row["policy"] if isinstance(row["policy"], str) else "mlp"  # the state full run names no kind
         if row["task"] != task or kind not in ("cnn", "mlp"):
@@ -59,9 +60,11 @@ def bc_points(task: str, frames_per_demo: float, setting: str, action_modes: int
             for point in json.loads(path.read_text()).get("bc_curve", []):
                 head = (point["action_modes"], tuple(point["mode_actions"]), point["n_action_steps"])
                 if (point["task"], point["inputs"], head) == (task, setting, run_head):
-                    same_head[point["demos"]] = {"demos": point["demos"], "frames": point["frames"],
-                                                 "success": point["over_expert"]}
+                    series = pretrained if point.get("encoders") == "pretrained" else same_head
+                    series[point["demos"]] = {"demos": point["demos"], "frames": point["frames"],
+                                              "success": point["over_expert"]}
     points["same_head"] = [same_head[demos] for demos in sorted(same_head)]
+    points["pretrained_encoders"] = [pretrained[demos] for demos in sorted(pretrained)]
     return points
 
 
@@ -205,8 +208,9 @@ def plot(table: list[dict], bc: dict[str, list[dict]], setting: str, head: str, 
     figure, axes = plt.subplots(figsize=(7, 4.5))
     for name, marker, label in (("scaling", "s", "BC, scaling sweep (held-out robots)"),
                                 ("full_run", "D", f"BC, the {setting} full run (robots 0-49)"),
-                                ("same_head", "*", f"BC{head} (robots 0-49)")):
-        points = sorted(bc[name], key=lambda p: p["frames"])
+                                ("same_head", "*", f"BC{head} (robots 0-49)"),
+                                ("pretrained_encoders", "P", f"BC{head}, encoders pretrained on its demonstrations")):
+        points = sorted(bc.get(name, []), key=lambda p: p["frames"])
         if not points:
             continue
         axes.plot([p["frames"] for p in points], [p["success"] for p in points], marker=marker, linestyle=":",
