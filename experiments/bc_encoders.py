@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> dict:
              "mode_actions": list(config.mode_actions),
              "n_action_steps": config.n_action_steps or PolicyOptions.n_action_steps,
              "demos": len(demonstrations), "frames": frames, "encoders": "pretrained",
-             "over_expert": evaluation["fleet"]["pc_success"] / expert["fleet"]["pc_success"], "command": command}
+             "over_expert": round(evaluation["fleet"]["pc_success"] / expert["fleet"]["pc_success"], 4),
+             "command": command}
     result = {"config": asdict(config), "machine": machine_facts(), "seconds": clock.seconds, "command": command,
               "checkpoint": repo_relative(run), "demonstrations": len(demonstrations), "frames": frames,
               "encoders": json.loads((Path(config.encoders) / "encoders.json").read_text()), **evaluation,

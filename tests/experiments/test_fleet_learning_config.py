@@ -117,6 +117,10 @@ def test_bc_points_keep_each_head_and_acting_in_its_own_series():
     at_four = bc_points("push", 40.0, "visuomotor", 2, ("ee_dz",), n_action_steps=4)
     assert [(p["demos"], p["frames"], p["success"]) for p in at_four["same_head"]] == curve_points(4)
     assert (1000, 37822, 0.966) in curve_points(4)  # the same demonstrations, replanning every 4 actions
+    pretrained = sorted((point["demos"], point["frames"], point["over_expert"]) for path in
+                        results.glob("bc_encoders_*.json") for point in json.loads(path.read_text())["bc_curve"])
+    in_their_own_series = [(p["demos"], p["frames"], p["success"]) for p in at_four["pretrained_encoders"]]
+    assert pretrained and in_their_own_series == pretrained  # and not in same_head, as above
     assert bc_points("push", 40.0, "visuomotor")["same_head"] == []
     assert bc_points("push", 40.0, "visuomotor", n_action_steps=8)["same_head"] == []
 
