@@ -33,7 +33,7 @@ from core.files import repo_relative
 from core.options import parse_config
 from dataset import FleetStore
 from dataset.episodes import select_episodes
-from experiments.fleet_encoders import EVALUATION, head_options
+from experiments.fleet_encoders import EVALUATION, cnn_options
 from experiments.fleet_learning import evaluated
 from experiments.full_run import StageClock, trained_step
 from train.policies.options import PolicyOptions
@@ -72,10 +72,8 @@ def main(argv: list[str] | None = None) -> dict:
               Path(f"{config.encoders}.log"), resumes=False, done=(Path(config.encoders) / "encoders.json").exists())
     clock.run("train", "train behaviour cloning",
               [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train/bc.py",
-               "--data", config.data, *per_robot, "--policy", "cnn", "--inputs", "proprio+cameras",
-               "--hidden", "256", "256", "--batch-size", "64", "--val-fraction", str(config.val_fraction),
-               "--seed", str(config.seed), "--max-steps", str(config.steps), "--ema-decay", "0",
-               *head_options(config), "--init-encoders", config.encoders, "--out", str(run)],
+               "--data", config.data, *per_robot, *cnn_options(config, config.seed, config.val_fraction),
+               "--out", str(run)],
               Path(f"{run}.log"), resumes=trained_step(run) is not None, done=trained_step(run) == config.steps)
     n_action_steps = ["--n-action-steps", str(config.n_action_steps)] if config.n_action_steps else []
     evaluation = evaluated(EVALUATION, clock, "bc", ["--checkpoint", str(run), *n_action_steps],

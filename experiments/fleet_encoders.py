@@ -57,9 +57,14 @@ class FleetEncodersConfig:
         self.encoders = self.encoders or f"{self.out}_pretrained"
 
 
-def head_options(config: FleetEncodersConfig) -> list[str]:
-    return [*(["--action-modes", str(config.action_modes)] if config.action_modes > 1 else []),
-            *(["--mode-actions", *config.mode_actions] if config.mode_actions else [])]
+def cnn_options(config, seed: int, val_fraction: float = 0.0) -> list[str]:
+    """bc.py's options for a cnn as a fresh fleet-learning round trains it (batch 64, hidden 256 256, no EMA),
+    with ``config``'s head, steps and pretrained encoders (this module's config or bc_encoders')."""
+    return ["--policy", "cnn", "--inputs", "proprio+cameras", "--hidden", "256", "256", "--batch-size", "64",
+            "--val-fraction", str(val_fraction), "--seed", str(seed), "--max-steps", str(config.steps),
+            "--ema-decay", "0", *(["--action-modes", str(config.action_modes)] if config.action_modes > 1 else []),
+            *(["--mode-actions", *config.mode_actions] if config.mode_actions else []),
+            "--init-encoders", config.encoders]
 
 
 def seed_result(config: FleetEncodersConfig, clock: StageClock, seed: int) -> dict:
@@ -68,9 +73,7 @@ def seed_result(config: FleetEncodersConfig, clock: StageClock, seed: int) -> di
     clock.run(f"train_seed{seed}", f"train seed {seed}",
               [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
                "experiments.fleet_retrain", "--fleet-run", config.fleet_run, "--rounds", str(config.rounds),
-               "--data", config.data, "--policy", "cnn", "--inputs", "proprio+cameras", "--hidden", "256", "256",
-               "--batch-size", "64", "--val-fraction", "0", "--seed", str(seed), "--max-steps", str(config.steps),
-               "--ema-decay", "0", *head_options(config), "--init-encoders", config.encoders, "--out", str(run)],
+               "--data", config.data, *cnn_options(config, seed), "--out", str(run)],
               Path(f"{run}.log"), resumes=trained_step(run) is not None, done=trained_step(run) == config.steps)
     n_action_steps = ["--n-action-steps", str(config.n_action_steps)] if config.n_action_steps else []
     return {"seed": seed, "checkpoint": repo_relative(run),
