@@ -205,7 +205,7 @@ def plot(table: list[dict], bc: dict[str, list[dict]], setting: str, head: str, 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(7, 4.5))
+    figure, axes = plt.subplots(figsize=(7, 6), layout="constrained")
     for name, marker, label in (("scaling", "s", "BC, scaling sweep (held-out robots)"),
                                 ("full_run", "D", f"BC, the {setting} full run (robots 0-49)"),
                                 ("same_head", "*", f"BC{head} (robots 0-49)"),
@@ -229,9 +229,10 @@ def plot(table: list[dict], bc: dict[str, list[dict]], setting: str, head: str, 
     axes.set_xlabel("expert-labelled frames (seed demonstrations included)")
     axes.set_ylabel("success / expert's")
     axes.set_ylim(0, 1.02)
-    axes.legend(fontsize=8, loc="lower right")
+    entries = len(axes.get_legend_handles_labels()[1])
+    # Below the axes: inside, it hid the low rounds.
+    figure.legend(fontsize=8, loc="outside lower center", ncol=1 if entries <= 6 else 2)
     axes.grid(alpha=0.3)
-    figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
     plt.close(figure)
