@@ -36,6 +36,7 @@ from dataset.episodes import select_episodes
 from experiments.fleet_encoders import EVALUATION, cnn_options
 from experiments.fleet_learning import evaluated
 from experiments.full_run import StageClock, trained_step
+from train.encoder_pretrain import DESCRIPTION, RESUME
 from train.policies.options import PolicyOptions
 
 
@@ -69,7 +70,8 @@ def main(argv: list[str] | None = None) -> dict:
     clock.run("pretrain", "pretrain the encoders",
               [sys.executable, "-m", "train.encoder_pretrain", "--data", config.data, *per_robot,
                "--out", config.encoders, "--steps", str(config.pretrain_steps), "--seed", str(config.seed)],
-              Path(f"{config.encoders}.log"), resumes=False, done=(Path(config.encoders) / "encoders.json").exists())
+              Path(f"{config.encoders}.log"), resumes=(Path(config.encoders) / RESUME).exists(),
+              done=(Path(config.encoders) / DESCRIPTION).exists())
     clock.run("train", "train behaviour cloning",
               [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train/bc.py",
                "--data", config.data, *per_robot, *cnn_options(config, config.seed, config.val_fraction),
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
              "command": command}
     result = {"config": asdict(config), "machine": machine_facts(), "seconds": clock.seconds, "command": command,
               "checkpoint": repo_relative(run), "demonstrations": len(demonstrations), "frames": frames,
-              "encoders": json.loads((Path(config.encoders) / "encoders.json").read_text()), **evaluation,
+              "encoders": json.loads((Path(config.encoders) / DESCRIPTION).read_text()), **evaluation,
               "expert": expert, "bc_curve": [point]}
     write_results(config.results_name, result, Path(config.results_dir))
     print(f"behaviour cloning from pretrained encoders, {len(demonstrations):,} demonstrations ({frames:,} frames): "

@@ -30,6 +30,7 @@ from core.files import repo_relative
 from core.options import parse_config
 from experiments.fleet_learning import FleetLearningConfig, accounted_rounds, evaluated, run_accounts_of
 from experiments.full_run import StageClock, trained_step
+from train.encoder_pretrain import DESCRIPTION, RESUME
 from train.fleet_learn import round_directory
 
 EVALUATION = FleetLearningConfig()  # how a fleet-learning round is evaluated: robots 0..49 x 10, held-out 50..79 x 5
@@ -88,13 +89,13 @@ def main(argv: list[str] | None = None) -> dict:
     clock.run("pretrain", "pretrain the encoders",
               [sys.executable, "-m", "train.encoder_pretrain", "--data", config.data, "--more", *rounds,
                "--out", config.encoders, "--steps", str(config.pretrain_steps)], Path(f"{config.encoders}.log"),
-              resumes=False, done=(Path(config.encoders) / "encoders.json").exists())
+              resumes=(Path(config.encoders) / RESUME).exists(), done=(Path(config.encoders) / DESCRIPTION).exists())
     seeds = [seed_result(config, clock, seed) for seed in config.seeds]
     labelled = {account["round"]: account["labelled_so_far"] for account in run_accounts_of(Path(config.fleet_run))}
     result = {"config": asdict(config), "machine": machine_facts(), "seconds": clock.seconds,
               "command": "python -m experiments.fleet_encoders" + "".join(f" {a}" for a in (argv or sys.argv[1:])),
               "expert_labelled_frames": labelled[config.rounds],
-              "encoders": json.loads((Path(config.encoders) / "encoders.json").read_text()),
+              "encoders": json.loads((Path(config.encoders) / DESCRIPTION).read_text()),
               "seeds": seeds, "mean_success": sum(s["fleet"]["pc_success"] for s in seeds) / len(seeds),
               "mean_held_out": sum(s["held_out"]["fleet"]["pc_success"] for s in seeds) / len(seeds)}
     write_results(config.results_name, result, Path(config.results_dir))

@@ -21,6 +21,11 @@ to --image-shift pixels (a shift between them would look like motion). Writes, i
 - ``encoders.json``: the cameras, backbone and image shape they fit, the gap, steps and stores, the first and last
   logged loss, the config and code version, and the weights' sha256.
 
+While it trains, ``resume/`` holds the newest resume state (weights, optimiser, schedule, RNG, step), written at the
+first end of an epoch --checkpoint-interval steps after the last. After a crash the same command carries on from it,
+and ends where an uninterrupted run ends, bit for bit; a state of another config is refused, a damaged one skipped.
+The state goes when the encoders are written.
+
 bc.py's ``--init-encoders`` starts a cnn's encoders from them (``load_encoders``): it refuses weights that do not
 match their record or the policy, and never runs code from the files.
 """
@@ -28,7 +33,10 @@ match their record or the policy, and never runs code from the files.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -38,7 +46,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from torch import nn
 
-from core.errors import fail, one_line
+from core.errors import crash_point, fail, one_line, warn
 from core.files import code_version, repo_relative, write_json_atomic
 from core.options import check_choices, check_options, parse_config
 from dataset import FleetStore
@@ -48,13 +56,14 @@ from dataset.loader import make_dataloader
 from dataset.stats import fleet_stats
 from dataset.windows import FleetWindowDataset, WindowSpec
 from train.augment import images_to_model, random_shift
+from train.checkpoint import restore_rng_state, rng_state
 from train.policies.options import VISION_BACKBONES
 from train.policies.policy import Normalizer, masked_mean, module_key
 from train.policies.vision import EMBED, image_encoder
 from train.schedule import learning_rate_factor
 from train.threads import ThreadShare
 
-WEIGHTS, DESCRIPTION = "encoders.safetensors", "encoders.json"
+WEIGHTS, DESCRIPTION, RESUME = "encoders.safetensors", "encoders.json", "resume"
 LOG_EVERY = 50  # steps a logged loss averages
 
 
@@ -74,10 +83,13 @@ class EncoderPretrainConfig:
     image_shift: int = field(default=4, metadata={"help": "shift both images of a pair by up to this many pixels"})
     vision_backbone: str = field(default="small", metadata={"help": "the cnn's image encoder: small or resnet18"})
     seed: int = field(default=0, metadata={"help": "initial weights and batch order"})
+    checkpoint_interval: int = field(default=250, metadata={
+        "help": "steps at least between resume states, each written at the end of an epoch"})
 
     def __post_init__(self):
         check_choices(self, {"vision_backbone": VISION_BACKBONES})
-        check_options(self, ("gap", "steps", "batch_size", "hidden"), lambda value: value >= 1, "must be at least 1")
+        check_options(self, ("gap", "steps", "batch_size", "hidden", "checkpoint_interval"), lambda value: value >= 1,
+                      "must be at least 1")
         check_options(self, ("image_shift", "episodes_per_robot"), lambda value: value >= 0, "must not be negative")
         if not self.data:
             raise ValueError("--data is required: the fleet store the cnn will train on")
@@ -140,11 +152,24 @@ def pretrain(config: EncoderPretrainConfig) -> dict:
                              config.episodes_per_robot)
     print(f"inverse dynamics over {config.gap} steps from {', '.join(cameras)}: {pairs:,} frames of "
           f"{len(stores)} store(s), {config.steps} steps at batch {config.batch_size}", flush=True)
-    logged, window, step, epoch = [], [], 0, 0
+    out = Path(config.out)
+    progress = {"step": 0, "epoch": 0, "logged": [], "window": []}
+    resumed = read_resume_state(out, config)
+    if resumed:
+        model.load_state_dict(resumed["model"])
+        optimiser.load_state_dict(resumed["optimiser"])
+        schedule.load_state_dict(resumed["schedule"])
+        progress = {key: resumed[key] for key in progress}
+        print(f"resumed from step {progress['step']} ({repo_relative(out / RESUME)})", flush=True)
+    logged, window, step, epoch = progress["logged"], progress["window"], progress["step"], progress["epoch"]
+    saved = step
     with ThreadShare(local_ranks=1) as threads:  # one process, also where torchrun's other ranks wait for it
         while step < config.steps:
             loader.set_epoch(epoch)
             for batch in loader:
+                if resumed:  # only now: starting the loader drew from torch's RNG, as the first run did at step 0
+                    restore_rng_state(resumed["rng"])
+                    resumed = None
                 loss = model(batch)
                 optimiser.zero_grad(set_to_none=True)
                 loss.backward()
@@ -159,12 +184,70 @@ def pretrain(config: EncoderPretrainConfig) -> dict:
                 if step == config.steps:
                     break
             epoch += 1
+            if step < config.steps and step - saved >= config.checkpoint_interval:
+                write_resume_state(out, config, {"model": model.state_dict(), "optimiser": optimiser.state_dict(),
+                                                 "schedule": schedule.state_dict(), "rng": rng_state(), "step": step,
+                                                 "epoch": epoch, "logged": logged, "window": window})
+                saved = step
+                crash_point("encoder-pretrain-resume-state")
     description = {"cameras": cameras, "vision_backbone": config.vision_backbone, "image_shape": [channels, height, width],
                    "gap": config.gap, "steps": config.steps, "frames": pairs,
                    "stores": [repo_relative(store.path) for store in stores], "loss_first": logged[0],
                    "loss_last": logged[-1], "config": asdict(config), "code_version": code_version()}
-    save_encoders(model.encoders, description, Path(config.out))
+    save_encoders(model.encoders, description, out)
+    shutil.rmtree(out / RESUME, ignore_errors=True)
     return description
+
+
+def config_record(config: EncoderPretrainConfig) -> dict:
+    """``config`` as its JSON record reads back (tuples as lists)."""
+    return json.loads(json.dumps(asdict(config)))
+
+
+def training_differs(record: dict, config: EncoderPretrainConfig) -> list[str]:
+    """The options in which a resume state's recorded config trains otherwise than ``config``."""
+    return [key for key, value in config_record(config).items()
+            if key not in ("out", "checkpoint_interval") and record.get(key) != value]
+
+
+def write_resume_state(out: Path, config: EncoderPretrainConfig, state: dict) -> None:
+    """``state`` as ``out/resume/step_N.pt`` and its record ``step_N.json`` (the config, the .pt's sha256), written
+    in that order, so a crash leaves the previous pair whole; then the older pairs go."""
+    directory = out / RESUME
+    directory.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    data, name = buffer.getvalue(), f"step_{state['step']:08d}"
+    staging = directory / f".{name}.pt.tmp"
+    staging.write_bytes(data)
+    os.replace(staging, directory / f"{name}.pt")
+    write_json_atomic(directory / f"{name}.json", {"step": state["step"], "config": config_record(config),
+                                                   "sha256": hashlib.sha256(data).hexdigest()})
+    for older in directory.glob("step_*"):
+        if older.name.split(".")[0] < name:
+            older.unlink()
+
+
+def read_resume_state(out: Path, config: EncoderPretrainConfig) -> dict | None:
+    """The newest intact resume state in ``out/resume`` (a one-line warning for each damaged one skipped), or
+    None; a one-line ``ValueError`` where it is of another config. Read as tensors and plain containers only
+    (``weights_only``): loading never runs code from the file."""
+    for record_path in sorted((out / RESUME).glob("step_*.json"), reverse=True):
+        try:
+            record = json.loads(record_path.read_text())
+            data = record_path.with_suffix(".pt").read_bytes()
+            if hashlib.sha256(data).hexdigest() != record["sha256"]:
+                raise ValueError("its sha256 does not match its record's")
+            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        except Exception as error:  # unreadable JSON, a missing file, foreign content: skipped, never trained on
+            warn(f"{repo_relative(record_path.with_suffix('.pt'))} is damaged ({one_line(error)}): skipped")
+            continue
+        if differ := training_differs(record["config"], config):
+            raise ValueError(f"{repo_relative(out)} holds a pretraining of another config ("
+                             + ", ".join(f"--{key.replace('_', '-')} {record['config'].get(key)}" for key in differ)
+                             + f"): give this one another --out, or delete {repo_relative(out / RESUME)}")
+        return state
+    return None
 
 
 def save_encoders(encoders: nn.ModuleDict, description: dict, out: Path) -> None:

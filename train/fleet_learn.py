@@ -23,8 +23,8 @@ does (OUT may already hold a bc.py run on them: it carries on). Then each round 
    succeeded in alone train too, its own actions the targets: they cost no expert frame. With
    --pretrain-steps N (a cnn, --retrain fresh), rank 0 first pretrains the fresh policy's
    camera encoders for N steps on every frame recorded so far, the seed store's and every
-   round's, whoever acted (train/encoder_pretrain.py), in OUT/fleet/round_r_encoders: they
-   need no expert label;
+   round's, whoever acted (train/encoder_pretrain.py, which resumes after a crash), in
+   OUT/fleet/round_r_encoders: they need no expert label;
 3. **accounts** for it: OUT/fleet/accounts.json and a table (train/fleet/accounting.py):
    expert-labelled frames with the seed's, deployment success, autonomy, hand-overs, ROHE.
 

@@ -6,17 +6,23 @@ import json
 import os
 import pickle
 import shutil
+import signal
+import subprocess
+import sys
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from collect_helpers import REPO
+from core.errors import CRASH_AT
 from dataset import FleetStore
 from dataset.stats import fleet_stats
-from train.encoder_pretrain import DESCRIPTION, WEIGHTS, EncoderPretrainConfig, load_encoders, pairs_of, pretrain
+from train.encoder_pretrain import (DESCRIPTION, RESUME, WEIGHTS, EncoderPretrainConfig, load_encoders, pairs_of,
+                                    pretrain, read_resume_state)
 from train.policies.options import PolicyOptions
 from train.policies.policy import make_policy, policy_spec
-from train_helpers import train
+from train_helpers import train, train_env
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +116,45 @@ def test_episodes_per_robot_pretrains_on_each_robots_first_episodes_only(camera_
     _, first_frames = pairs_of([store], ["observation.images.front"], 2, 16, 0, per_robot=1)
     assert every_frame == sum(store.shards[robot].episode_ends[-1] for robot in store.robots)
     assert first_frames == sum(store.shards[robot].episode_ends[0] for robot in store.robots) < every_frame
+
+
+def pretrain_command(data, out, crash_at=None) -> subprocess.CompletedProcess:
+    """``python -m train.encoder_pretrain``: 60 steps at batch 16 with a resume state every epoch; SIGKILLed at
+    the ``crash_at`` crash point, if given."""
+    return subprocess.run([sys.executable, "-m", "train.encoder_pretrain", "--data", str(data), "--out", str(out),
+                           "--gap", "2", "--steps", "60", "--batch-size", "16", "--checkpoint-interval", "1"],
+                          capture_output=True, text=True, cwd=REPO, timeout=600, start_new_session=True,
+                          env={**train_env(), **({CRASH_AT: crash_at} if crash_at else {})})
+
+
+def test_a_pretraining_killed_mid_way_carries_on_to_the_uninterrupted_runs_encoders(camera_fleet, tmp_path):
+    uninterrupted = pretrain_command(camera_fleet, tmp_path / "uninterrupted")
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
+    assert not (tmp_path / "uninterrupted" / RESUME).exists()  # the resume state goes with the encoders written
+    out = tmp_path / "crashed"
+    killed = pretrain_command(camera_fleet, out, crash_at="encoder-pretrain-resume-state")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert not (out / WEIGHTS).exists()
+    [record] = (out / RESUME).glob("step_*.json")
+    step = json.loads(record.read_text())["step"]
+    assert 0 < step < 60
+
+    # what the rerun will read is checked first: a state of another config is refused, a damaged one skipped
+    config = EncoderPretrainConfig(data=str(camera_fleet), out=str(out), gap=2, steps=60, batch_size=16)
+    assert read_resume_state(out, config)["step"] == step
+    with pytest.raises(ValueError, match="holds a pretraining of another config \\(--steps 60\\)"):
+        read_resume_state(out, EncoderPretrainConfig(data=str(camera_fleet), out=str(out), gap=2, steps=90,
+                                                     batch_size=16))
+    damaged = tmp_path / "damaged"
+    shutil.copytree(out / RESUME, damaged / RESUME)
+    state = record.with_suffix(".pt").name
+    (damaged / RESUME / state).write_bytes(pickle.dumps(Payload(tmp_path / "pwned")))
+    assert read_resume_state(damaged, config) is None and not (tmp_path / "pwned").exists()
+
+    resumed = pretrain_command(camera_fleet, out)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resumed from step {step}" in resumed.stdout
+    assert (out / WEIGHTS).read_bytes() == (tmp_path / "uninterrupted" / WEIGHTS).read_bytes()
+    ends = [json.loads((run / DESCRIPTION).read_text()) for run in (out, tmp_path / "uninterrupted")]
+    assert ends[0]["loss_first"] == ends[1]["loss_first"] and ends[0]["loss_last"] == ends[1]["loss_last"]
+    assert not (out / RESUME).exists()
