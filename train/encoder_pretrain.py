@@ -23,8 +23,8 @@ to --image-shift pixels (a shift between them would look like motion). Writes, i
 
 While it trains, ``resume/`` holds the newest resume state (weights, optimiser, schedule, RNG, step), written at the
 first end of an epoch --checkpoint-interval steps after the last. After a crash the same command carries on from it,
-and ends where an uninterrupted run ends, bit for bit; a state of another config is refused, a damaged one skipped.
-The state goes when the encoders are written.
+and ends where an uninterrupted run ends, bit for bit at the same torch thread count; a state of another config is
+refused, a damaged one skipped. The state goes when the encoders are written.
 
 bc.py's ``--init-encoders`` starts a cnn's encoders from them (``load_encoders``): it refuses weights that do not
 match their record or the policy, and never runs code from the files.

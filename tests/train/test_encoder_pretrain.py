@@ -118,13 +118,19 @@ def test_episodes_per_robot_pretrains_on_each_robots_first_episodes_only(camera_
     assert first_frames == sum(store.shards[robot].episode_ends[0] for robot in store.robots) < every_frame
 
 
+def one_core() -> None:
+    """Run on one core: a torch thread count that follows the host's load (train/threads.py) would change the
+    order of float sums, and so the last bits of the weights, between two runs."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
 def pretrain_command(data, out, crash_at=None) -> subprocess.CompletedProcess:
-    """``python -m train.encoder_pretrain``: 60 steps at batch 16 with a resume state every epoch; SIGKILLed at
-    the ``crash_at`` crash point, if given."""
+    """``python -m train.encoder_pretrain`` on one core: 60 steps at batch 16 with a resume state every epoch;
+    SIGKILLed at the ``crash_at`` crash point, if given."""
     return subprocess.run([sys.executable, "-m", "train.encoder_pretrain", "--data", str(data), "--out", str(out),
                            "--gap", "2", "--steps", "60", "--batch-size", "16", "--checkpoint-interval", "1"],
                           capture_output=True, text=True, cwd=REPO, timeout=600, start_new_session=True,
-                          env={**train_env(), **({CRASH_AT: crash_at} if crash_at else {})})
+                          preexec_fn=one_core, env={**train_env(), **({CRASH_AT: crash_at} if crash_at else {})})
 
 
 def test_a_pretraining_killed_mid_way_carries_on_to_the_uninterrupted_runs_encoders(camera_fleet, tmp_path):
