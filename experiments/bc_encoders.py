@@ -33,10 +33,10 @@ from core.files import repo_relative
 from core.options import parse_config
 from dataset import FleetStore
 from dataset.episodes import select_episodes
-from experiments.fleet_encoders import EVALUATION, cnn_options
+from experiments.fleet_encoders import EVALUATION, cnn_options, pretrain_stage
 from experiments.fleet_learning import evaluated
 from experiments.full_run import StageClock, trained_step
-from train.encoder_pretrain import DESCRIPTION, RESUME
+from train.encoder_pretrain import DESCRIPTION
 from train.policies.options import PolicyOptions
 
 
@@ -67,11 +67,8 @@ def main(argv: list[str] | None = None) -> dict:
     config = parse_config(BCEncodersConfig, __doc__, argv)
     clock, run = StageClock(Path(f"{config.out}_seconds.json")), Path(config.out)
     per_robot = ["--episodes-per-robot", str(config.episodes_per_robot)] if config.episodes_per_robot else []
-    clock.run("pretrain", "pretrain the encoders",
-              [sys.executable, "-m", "train.encoder_pretrain", "--data", config.data, *per_robot,
-               "--out", config.encoders, "--steps", str(config.pretrain_steps), "--seed", str(config.seed)],
-              Path(f"{config.encoders}.log"), resumes=(Path(config.encoders) / RESUME).exists(),
-              done=(Path(config.encoders) / DESCRIPTION).exists())
+    pretrain_stage(clock, config.encoders, ["--data", config.data, *per_robot, "--steps", str(config.pretrain_steps),
+                                            "--seed", str(config.seed)])
     clock.run("train", "train behaviour cloning",
               [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train/bc.py",
                "--data", config.data, *per_robot, *cnn_options(config, config.seed, config.val_fraction),

@@ -68,6 +68,14 @@ def cnn_options(config, seed: int, val_fraction: float = 0.0) -> list[str]:
             "--init-encoders", config.encoders]
 
 
+def pretrain_stage(clock: StageClock, encoders: str, options: list[str]) -> None:
+    """``train.encoder_pretrain`` with ``options`` into ``encoders``, unless it finished there (a crashed one
+    carries on from its resume state, and its seconds add up)."""
+    clock.run("pretrain", "pretrain the encoders",
+              [sys.executable, "-m", "train.encoder_pretrain", *options, "--out", encoders], Path(f"{encoders}.log"),
+              resumes=(Path(encoders) / RESUME).exists(), done=(Path(encoders) / DESCRIPTION).exists())
+
+
 def seed_result(config: FleetEncodersConfig, clock: StageClock, seed: int) -> dict:
     """Train (unless trained) and evaluate (unless evaluated) the policy of training seed ``seed``; its figures."""
     run = Path(f"{config.out}_seed{seed}")
@@ -86,10 +94,8 @@ def main(argv: list[str] | None = None) -> dict:
     config = parse_config(FleetEncodersConfig, __doc__, argv)
     clock = StageClock(Path(f"{config.out}_seconds.json"))
     rounds = [repo_relative(round_directory(Path(config.fleet_run), r)) for r in range(1, config.rounds + 1)]
-    clock.run("pretrain", "pretrain the encoders",
-              [sys.executable, "-m", "train.encoder_pretrain", "--data", config.data, "--more", *rounds,
-               "--out", config.encoders, "--steps", str(config.pretrain_steps)], Path(f"{config.encoders}.log"),
-              resumes=(Path(config.encoders) / RESUME).exists(), done=(Path(config.encoders) / DESCRIPTION).exists())
+    pretrain_stage(clock, config.encoders,
+                   ["--data", config.data, "--more", *rounds, "--steps", str(config.pretrain_steps)])
     seeds = [seed_result(config, clock, seed) for seed in config.seeds]
     labelled = {account["round"]: account["labelled_so_far"] for account in run_accounts_of(Path(config.fleet_run))}
     result = {"config": asdict(config), "machine": machine_facts(), "seconds": clock.seconds,
