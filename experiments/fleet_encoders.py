@@ -60,12 +60,12 @@ class FleetEncodersConfig:
 
 def cnn_options(config, seed: int, val_fraction: float = 0.0) -> list[str]:
     """bc.py's options for a cnn as a fresh fleet-learning round trains it (batch 64, hidden 256 256, no EMA),
-    with ``config``'s head, steps and pretrained encoders (this module's config or bc_encoders')."""
+    with ``config``'s head, steps and pretrained encoders if it names them (this module's config or bc_encoders')."""
     return ["--policy", "cnn", "--inputs", "proprio+cameras", "--hidden", "256", "256", "--batch-size", "64",
             "--val-fraction", str(val_fraction), "--seed", str(seed), "--max-steps", str(config.steps),
             "--ema-decay", "0", *(["--action-modes", str(config.action_modes)] if config.action_modes > 1 else []),
             *(["--mode-actions", *config.mode_actions] if config.mode_actions else []),
-            "--init-encoders", config.encoders]
+            *(["--init-encoders", config.encoders] if config.encoders else [])]
 
 
 def pretrain_stage(clock: StageClock, encoders: str, options: list[str]) -> None:

@@ -1,12 +1,12 @@
 """experiments/fleet_encoders.py's and bc_encoders.py's options: a fleet run must have finished the rounds it names,
-behaviour cloning needs a store."""
+behaviour cloning needs a store, and trains from random encoders without pretraining."""
 
 import json
 
 import pytest
 
 from experiments.bc_encoders import BCEncodersConfig
-from experiments.fleet_encoders import FleetEncodersConfig
+from experiments.fleet_encoders import FleetEncodersConfig, cnn_options
 
 
 def test_the_rounds_must_be_finished_and_the_encoders_sit_beside_the_runs(tmp_path):
@@ -24,3 +24,15 @@ def test_bc_encoders_needs_a_store_and_keeps_the_encoders_beside_the_run(camera_
     assert config.encoders == "runs/bc_probe_pretrained"
     with pytest.raises(ValueError, match="--data runs/nowhere is not a collect store"):
         BCEncodersConfig(data="runs/nowhere")
+
+
+def test_bc_encoders_without_pretraining_trains_from_random_encoders(camera_fleet):
+    config = BCEncodersConfig(data=str(camera_fleet), out="runs/bc_probe", pretrain_steps=0)
+    assert config.encoders == ""
+    assert "--init-encoders" not in cnn_options(config, seed=0)
+    assert cnn_options(BCEncodersConfig(data=str(camera_fleet), out="runs/bc_probe"), seed=0)[-2:] == [
+        "--init-encoders", "runs/bc_probe_pretrained"]
+    with pytest.raises(ValueError, match="--pretrain-steps -1 is negative"):
+        BCEncodersConfig(data=str(camera_fleet), pretrain_steps=-1)
+    with pytest.raises(ValueError, match="--encoders needs --pretrain-steps above 0"):
+        BCEncodersConfig(data=str(camera_fleet), pretrain_steps=0, encoders="runs/enc")
