@@ -21,6 +21,7 @@ def run_step(name: str, command: list[str], log: Path, env: dict[str, str] | Non
     """
     started = time.perf_counter()
     env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", **(env or {})}  # torchrun restarts hang without it
+    log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as output:
         code = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=REPO).returncode
     if code != 0:
