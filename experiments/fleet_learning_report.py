@@ -148,17 +148,17 @@ def handover_limit_words(config: dict) -> str:
         (f", asked for after {config['stall_steps']} steps without progress" if config.get("stall_steps") else "")
 
 
-def code_words(table: list[dict]) -> str:
+def code_words(table: list[dict], machine: dict) -> str:
     """The code the rows were evaluated with, in words: one version, or the first and last of several (each row's
-    own is in the results); the code of now where the rows do not say."""
+    own is in the results); ``machine``'s where the rows do not say."""
     versions = list(dict.fromkeys(row["code_version"] for row in table if row.get("code_version")))
     if len(versions) > 1:
         return f"code {versions[0]} to {versions[-1]} (each round's in the results' rows)"
-    return f"code {versions[0] if versions else machine_facts()['code_version']}"
+    return f"code {versions[0] if versions else machine['code_version']}"
 
 
-def markdown(config: dict, table: list[dict], expert: dict, command: str) -> str:
-    lines = [f"Measured on {machine_facts()['cores']} cores, {code_words(table)}: "
+def markdown(config: dict, table: list[dict], expert: dict, command: str, machine: dict) -> str:
+    lines = [f"Measured on {machine['cores']} cores, {code_words(table, machine)}: "
              f"{config['policy']} on {config['inputs']}"
              + (f" ({' + '.join(config['cameras'])} at {config['image_size']} px)" if config['cameras'] else "")
              + head_words(config) + ", "
@@ -255,8 +255,9 @@ def check_results_are_its_own(config: dict, name: str, results_dir: Path) -> Non
              "--results-name")
 
 
-def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> dict:
-    """Write the results file, the docs table and the plot; the results."""
+def publish(config, command: str, expert: dict, runs: dict, seconds: dict, machine: dict | None = None) -> dict:
+    """Write the results file, the docs table and the plot; the results. ``machine``: where the run was measured
+    (default: here and now)."""
     seed_frames = next(iter(runs.values()))["accounts"][0]["labelled_so_far"]
     inputs = "visuomotor" if config.cameras else "state"
     bc = bc_points(config.task, seed_frames / (config.seed_robots * config.seed_episodes), inputs,
@@ -264,8 +265,10 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
     table = rows(runs, expert, goal_curve(bc))
     config_dict = asdict(config)
     media = Path(config.media) / f"{config.name}_{config.task}.png"
-    result = {"experiment": config.name, "machine": machine_facts(), "config": config_dict, "command": command,
-              "expert": expert["fleet"], "rows": table, "rohe_over_random": rohe_over_random(table), "bc": bc,
+    machine = machine or machine_facts()
+    result = {"experiment": config.name, "machine": machine, "config": config_dict,
+              "command": command, "expert": expert["fleet"],
+              **({"expert_held_out": expert["held_out"]["fleet"]} if "held_out" in expert else {}), "rows": table, "rohe_over_random": rohe_over_random(table), "bc": bc,
               "runs": runs, "seconds": seconds, "plot": str(media)}
     write_results(config.name, result, Path(config.results_dir))
     plot(table, bc, inputs, head_words(config_dict), media)
@@ -280,7 +283,7 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict) -> di
                   + (fresh if config.retrain == "fresh" else "")
                   + (", learning from its own successes" if config.own_successes else "")
                   + head_words(config_dict) + ")",
-                  markdown(config_dict, table, expert, command) + over_random
+                  markdown(config_dict, table, expert, command, machine) + over_random
                   + f"\n\n![success against expert frames](media/{media.name})")
     best = max(table, key=lambda row: row["over_expert"])
     print(f"best: gate {best['gate']} round {best['round']}: {best['over_expert']:.2f} of the expert from "

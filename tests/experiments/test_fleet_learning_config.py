@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.common import machine_facts
 from core.files import REPO
 from core.options import parse_config
 from experiments import fleet_learning
@@ -137,9 +136,10 @@ def test_bc_frames_for_a_success_are_read_off_the_curve_between_its_neighbours()
 
 def test_the_reports_heading_names_the_code_its_rounds_were_evaluated_with():
     rows = [{"code_version": "0.1.0+aaa"}, {"code_version": "0.1.0+aaa"}, {"code_version": "0.1.0+bbb"}]
-    assert code_words(rows[:2]) == "code 0.1.0+aaa"
-    assert code_words(rows) == "code 0.1.0+aaa to 0.1.0+bbb (each round's in the results' rows)"
-    assert code_words([{"code_version": None}]) == f"code {machine_facts()['code_version']}"  # rows that do not say
+    machine = {"code_version": "0.1.0+ccc"}
+    assert code_words(rows[:2], machine) == "code 0.1.0+aaa"
+    assert code_words(rows, machine) == "code 0.1.0+aaa to 0.1.0+bbb (each round's in the results' rows)"
+    assert code_words([{"code_version": None}], machine) == "code 0.1.0+ccc"  # rows that do not say: the machine's
 
 
 def test_a_run_from_another_seed_is_refused_before_it_replaces_a_runs_results(tmp_path, capsys):
