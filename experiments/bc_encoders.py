@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> dict:
               **evaluation,
               "expert": expert, "bc_curve": [point]}
     write_results(config.results_name, result, Path(config.results_dir))
-    print(f"behaviour cloning from {'pretrained' if config.encoders else 'random'} encoders, {len(demonstrations):,} demonstrations ({frames:,} frames): "
+    print(f"behaviour cloning from {'pretrained' if config.encoders else 'random'} encoders, "
+          f"{len(demonstrations):,} demonstrations ({frames:,} frames): "
           f"{evaluation['fleet']['pc_success']:.1f}% {evaluation['fleet']['ci95']}, held-out robots "
           f"{evaluation['held_out']['fleet']['pc_success']:.1f}%")
     return result

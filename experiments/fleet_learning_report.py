@@ -266,10 +266,11 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict, machi
     config_dict = asdict(config)
     media = Path(config.media) / f"{config.name}_{config.task}.png"
     machine = machine or machine_facts()
-    result = {"experiment": config.name, "machine": machine, "config": config_dict,
-              "command": command, "expert": expert["fleet"],
-              **({"expert_held_out": expert["held_out"]["fleet"]} if "held_out" in expert else {}), "rows": table, "rohe_over_random": rohe_over_random(table), "bc": bc,
-              "runs": runs, "seconds": seconds, "plot": str(media)}
+    result = {"experiment": config.name, "machine": machine, "config": config_dict, "command": command,
+              "expert": expert["fleet"],
+              **({"expert_held_out": expert["held_out"]["fleet"]} if "held_out" in expert else {}),
+              "rows": table, "rohe_over_random": rohe_over_random(table), "bc": bc, "runs": runs, "seconds": seconds,
+              "plot": str(media)}
     write_results(config.name, result, Path(config.results_dir))
     plot(table, bc, inputs, head_words(config_dict), media)
     ratios = ", ".join(f"{gate} {ratio:.2f}" for gate, ratio in result["rohe_over_random"].items() if gate != "random")
