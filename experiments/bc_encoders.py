@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     config = parse_config(BCEncodersConfig, __doc__, argv)
     clock, run = StageClock(Path(f"{config.out}_seconds.json")), Path(config.out)
     per_robot = ["--episodes-per-robot", str(config.episodes_per_robot)] if config.episodes_per_robot else []
-    if config.pretrain_steps:
+    if config.encoders:  # set exactly when --pretrain-steps is above 0
         pretrain_stage(clock, config.encoders, ["--data", config.data, *per_robot,
                                                 "--steps", str(config.pretrain_steps), "--seed", str(config.seed)])
     clock.run("train", "train behaviour cloning",
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
              "mode_actions": list(config.mode_actions),
              "n_action_steps": config.n_action_steps or PolicyOptions.n_action_steps,
              "demos": len(demonstrations), "frames": frames,
-             **({"encoders": "pretrained"} if config.pretrain_steps else {}),
+             **({"encoders": "pretrained"} if config.encoders else {}),
              "over_expert": round(evaluation["fleet"]["pc_success"] / expert["fleet"]["pc_success"], 4),
              "command": command}
     result = {"config": asdict(config), "machine": machine_facts(), "seconds": clock.seconds, "command": command,
