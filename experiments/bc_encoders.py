@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
     point = {"task": task, "inputs": "visuomotor", "action_modes": config.action_modes,
              "mode_actions": list(config.mode_actions),
              "n_action_steps": config.n_action_steps or PolicyOptions.n_action_steps,
-             "demos": len(demonstrations), "frames": frames,
+             "demos": len(demonstrations), "frames": frames, "seed": config.seed,
              **({"encoders": "pretrained"} if config.encoders else {}),
              "over_expert": round(evaluation["fleet"]["pc_success"] / expert["fleet"]["pc_success"], 4),
              "command": command}

@@ -25,14 +25,15 @@ from train.policies.options import PolicyOptions
 
 
 def bc_points(task: str, frames_per_demo: float, setting: str, action_modes: int = 1,
-              mode_actions: tuple[str, ...] = (), n_action_steps: int | None = None) -> dict[str, list[dict]]:
+              mode_actions: tuple[str, ...] = (), n_action_steps: int | None = None,
+              results: Path = REPO / "experiments" / "results") -> dict[str, list[dict]]:
     """BC's recorded points on ``task`` from ``setting``'s inputs (``state`` or ``visuomotor``): ``scaling``
     (held-out robots) and ``full_run`` (the training robots on held-out seeds) for the regressing head at bc.py's
     default acting, and ``same_head``, the training robots' points for the run's own head and acting where those
     differ: the full run's and the ``bc_curve`` points of any results file; each with expert-labelled frames and
     success over the expert. ``bc_curve`` points marked ``"encoders": "pretrained"`` (experiments/bc_encoders.py)
-    are ``pretrained_encoders``, apart from the curve from random encoders."""
-    results = REPO / "experiments" / "results"
+    are ``pretrained_encoders``, apart from the curve from random encoders. Points of one curve measured with
+    several training seeds on the same demonstrations are one point: their mean, with ``seeds`` counting them."""
     suffix = "" if setting == "state" else f"_{setting}"
     points: dict[str, list[dict]] = {"scaling": [], "full_run": [], "same_head": [], "pretrained_encoders": []}
     scaling = json.loads((results / f"scaling{suffix}.json").read_text())
@@ -56,16 +57,25 @@ def bc_points(task: str, frames_per_demo: float, setting: str, action_modes: int
         elif head == run_head:
             same_head[demos] = point
     if run_head != (1, (), default_acting):
+        measured: dict[str, dict[int, list[dict]]] = {"random": {}, "pretrained": {}}
         for path in sorted(results.glob("*.json")):
             for point in json.loads(path.read_text()).get("bc_curve", []):
                 head = (point["action_modes"], tuple(point["mode_actions"]), point["n_action_steps"])
                 if (point["task"], point["inputs"], head) == (task, setting, run_head):
-                    series = pretrained if point.get("encoders") == "pretrained" else same_head
-                    series[point["demos"]] = {"demos": point["demos"], "frames": point["frames"],
-                                              "success": point["over_expert"]}
+                    encoders = measured[point.get("encoders", "random")]
+                    encoders.setdefault(point["demos"], []).append(point)
+        same_head.update({demos: mean_over_seeds(seeds) for demos, seeds in measured["random"].items()})
+        pretrained = {demos: mean_over_seeds(seeds) for demos, seeds in measured["pretrained"].items()}
     points["same_head"] = [same_head[demos] for demos in sorted(same_head)]
     points["pretrained_encoders"] = [pretrained[demos] for demos in sorted(pretrained)]
     return points
+
+
+def mean_over_seeds(seeds: list[dict]) -> dict:
+    """One curve point from ``bc_curve`` points measured on the same demonstrations with different training seeds:
+    their mean success over the expert, and how many seeds it averages."""
+    return {"demos": seeds[0]["demos"], "frames": round(sum(point["frames"] for point in seeds) / len(seeds)),
+            "success": sum(point["over_expert"] for point in seeds) / len(seeds), "seeds": len(seeds)}
 
 
 def bc_frames_for(success: float, points: list[dict]) -> float | None:
@@ -213,6 +223,8 @@ def plot(table: list[dict], bc: dict[str, list[dict]], setting: str, head: str, 
         points = sorted(bc.get(name, []), key=lambda p: p["frames"])
         if not points:
             continue
+        if any(point.get("seeds", 1) > 1 for point in points):
+            label += "; a point of several training seeds is their mean"
         axes.plot([p["frames"] for p in points], [p["success"] for p in points], marker=marker, linestyle=":",
                   label=label)
     for gate in dict.fromkeys(row["gate"] for row in table):
