@@ -12,10 +12,13 @@ Stages, each kept where it finished (a rerun carries on):
    those rounds, as the run trains a round's fresh policy (2,000 steps, batch 64 on 2 ranks), its encoders started
    from stage 1 (``--init-encoders``), into OUT_seedS;
 3. each policy evaluated as experiments/fleet_learning.py evaluates a round: robots 0..49 x 10 held-out episodes
-   and held-out robots 50..79 x 5, into OUT_seedS_eval and OUT_seedS_eval_held_out.
+   and held-out robots 50..79 x 5, into OUT_seedS_eval and OUT_seedS_eval_held_out; the expert beside, on the same
+   robots and seeds, into OUT_expert.
 
 Writes experiments/results/NAME.json (--results-dir, --results-name): each seed's success with its 95% interval, per site, on
-held-out robots, their mean, the expert-labelled frames (the run's accounts at --rounds), and the command.
+held-out robots, their mean, the expert-labelled frames (the run's accounts at --rounds), the command, and the goal's
+measure: the frames behaviour cloning needs for the seeds' mean success over the expert (its curve with the policy's
+head and acting, experiments/fleet_learning_report.py) and the policies' frames as a share of them.
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ from pathlib import Path
 from benchmarks.common import machine_facts, write_results
 from core.files import repo_relative
 from core.options import parse_config
+from dataset import FleetStore
+from dataset.episodes import select_episodes
 from experiments.fleet_learning import FleetLearningConfig, accounted_rounds, evaluated, run_accounts_of
+from experiments.fleet_learning_report import bc_frames_for, bc_points, goal_curve
 from experiments.full_run import StageClock, trained_step
 from train.encoder_pretrain import DESCRIPTION, RESUME
 from train.fleet_learn import round_directory
@@ -90,6 +96,23 @@ def seed_result(config: FleetEncodersConfig, clock: StageClock, seed: int) -> di
                         Path(f"{run}_eval"), config.steps)}
 
 
+def behaviour_cloning_curve(config: FleetEncodersConfig, task: str) -> list[dict]:
+    """Behaviour cloning's points that the goal reads ``config``'s policies against: its curve on ``task`` from
+    cameras with their head and acting (a full-run point's frames estimated from the seed's demonstrations)."""
+    seed = select_episodes(FleetStore.open(config.data))
+    return goal_curve(bc_points(task, sum(episode.length for episode in seed) / len(seed), "visuomotor",
+                                config.action_modes, config.mode_actions, config.n_action_steps))
+
+
+def goal_measure(over_expert: float, frames: int, curve: list[dict]) -> dict:
+    """The goal's measure of policies at ``over_expert`` (the mean of their seeds' success over the expert's) from
+    ``frames`` expert-labelled frames: the frames behaviour cloning needs for it on ``curve``, and ``frames`` as a
+    share of them (both None off the curve)."""
+    needed = bc_frames_for(over_expert, curve)
+    return {"over_expert": round(over_expert, 4), "bc_frames": needed and round(needed),
+            "share_of_bc": needed and round(frames / needed, 4)}
+
+
 def main(argv: list[str] | None = None) -> dict:
     config = parse_config(FleetEncodersConfig, __doc__, argv)
     clock = StageClock(Path(f"{config.out}_seconds.json"))
@@ -98,17 +121,25 @@ def main(argv: list[str] | None = None) -> dict:
                    ["--data", config.data, "--more", *rounds, "--steps", str(config.pretrain_steps)])
     seeds = [seed_result(config, clock, seed) for seed in config.seeds]
     labelled = {account["round"]: account["labelled_so_far"] for account in run_accounts_of(Path(config.fleet_run))}
+    task = FleetStore.open(config.data).manifest["task"]["reference"]
+    expert = evaluated(EVALUATION, clock, "the expert", ["--expert", "--task", task], Path(f"{config.out}_expert"))
+    mean_success = sum(s["fleet"]["pc_success"] for s in seeds) / len(seeds)
+    goal = goal_measure(mean_success / expert["fleet"]["pc_success"], labelled[config.rounds],
+                        behaviour_cloning_curve(config, task))
     result = {"config": asdict(config), "machine": machine_facts(), "seconds": clock.seconds,
               "command": "python -m experiments.fleet_encoders" + "".join(f" {a}" for a in (argv or sys.argv[1:])),
               "expert_labelled_frames": labelled[config.rounds],
               "encoders": json.loads((Path(config.encoders) / DESCRIPTION).read_text()),
-              "seeds": seeds, "mean_success": sum(s["fleet"]["pc_success"] for s in seeds) / len(seeds),
-              "mean_held_out": sum(s["held_out"]["fleet"]["pc_success"] for s in seeds) / len(seeds)}
+              "seeds": seeds, "mean_success": mean_success,
+              "mean_held_out": sum(s["held_out"]["fleet"]["pc_success"] for s in seeds) / len(seeds),
+              "expert": expert, "goal": goal}
     write_results(config.results_name, result, Path(config.results_dir))
     for seed in seeds:
         print(f"seed {seed['seed']}: {seed['fleet']['pc_success']:.1f}% {seed['fleet']['ci95']}, "
               f"held-out robots {seed['held_out']['fleet']['pc_success']:.1f}%")
-    print(f"mean {result['mean_success']:.1f}% from {result['expert_labelled_frames']:,} expert-labelled frames")
+    print(f"mean {result['mean_success']:.1f}% from {result['expert_labelled_frames']:,} expert-labelled frames"
+          + (f": {goal['share_of_bc']:.1%} of the {goal['bc_frames']:,} behaviour cloning needs for it"
+             if goal["bc_frames"] else ", off behaviour cloning's curve"))
     return result
 
 

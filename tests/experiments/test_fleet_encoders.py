@@ -6,17 +6,35 @@ import json
 import pytest
 
 from experiments.bc_encoders import BCEncodersConfig
-from experiments.fleet_encoders import FleetEncodersConfig, cnn_options
+from experiments.fleet_encoders import FleetEncodersConfig, behaviour_cloning_curve, cnn_options, goal_measure
 
 
-def test_the_rounds_must_be_finished_and_the_encoders_sit_beside_the_runs(tmp_path):
+def run_through_round_1(tmp_path):
+    """A fleet-learning run's folder whose accounts have finished rounds 0 and 1."""
     run = tmp_path / "run"
     (run / "fleet").mkdir(parents=True)
     (run / "fleet" / "accounts.json").write_text(json.dumps({"rounds": [{"round": 0}, {"round": 1}]}))
+    return run
+
+
+def test_the_rounds_must_be_finished_and_the_encoders_sit_beside_the_runs(tmp_path):
+    run = run_through_round_1(tmp_path)
     config = FleetEncodersConfig(fleet_run=str(run), rounds=1, out="runs/probe")
     assert config.encoders == "runs/probe_pretrained"
     with pytest.raises(ValueError, match="has not finished round 2"):
         FleetEncodersConfig(fleet_run=str(run), rounds=2)
+
+
+def test_the_goal_reads_the_seeds_mean_against_behaviour_clonings_curve_with_the_same_head(tmp_path, camera_fleet):
+    run = run_through_round_1(tmp_path)
+    config = FleetEncodersConfig(fleet_run=str(run), rounds=1, data=str(camera_fleet), action_modes=2,
+                                 mode_actions=("ee_dz",), n_action_steps=4)
+    curve = behaviour_cloning_curve(config, "push")
+    assert curve and all(point["demos"] >= 90 for point in curve)  # push's curve with the mixture head, acting 4
+    on_a_point = curve[-2]
+    goal = goal_measure(on_a_point["success"], on_a_point["frames"] // 5, curve)
+    assert goal["bc_frames"] == on_a_point["frames"] and goal["share_of_bc"] == pytest.approx(0.2, abs=1e-4)
+    assert goal_measure(0.999, 1000, curve) == {"over_expert": 0.999, "bc_frames": None, "share_of_bc": None}
 
 
 def test_bc_encoders_needs_a_store_and_keeps_the_encoders_beside_the_run(camera_fleet):
