@@ -33,7 +33,8 @@ def bc_points(task: str, frames_per_demo: float, setting: str, action_modes: int
     differ: the full run's and the ``bc_curve`` points of any results file; each with expert-labelled frames and
     success over the expert. ``bc_curve`` points marked ``"encoders": "pretrained"`` (experiments/bc_encoders.py)
     are ``pretrained_encoders``, apart from the curve from random encoders. Points of one curve measured with
-    several training seeds on the same demonstrations are one point: their mean, with ``seeds`` counting them."""
+    several training seeds on the same demonstrations are one point: their mean, with ``seeds`` counting them (a
+    seed measured twice counts once, the results file sorted last)."""
     suffix = "" if setting == "state" else f"_{setting}"
     points: dict[str, list[dict]] = {"scaling": [], "full_run": [], "same_head": [], "pretrained_encoders": []}
     scaling = json.loads((results / f"scaling{suffix}.json").read_text())
@@ -57,15 +58,17 @@ def bc_points(task: str, frames_per_demo: float, setting: str, action_modes: int
         elif head == run_head:
             same_head[demos] = point
     if run_head != (1, (), default_acting):
-        measured: dict[str, dict[int, list[dict]]] = {"random": {}, "pretrained": {}}
+        measured: dict[str, dict[int, dict[int, dict]]] = {"random": {}, "pretrained": {}}  # by demos, then seed
         for path in sorted(results.glob("*.json")):
-            for point in json.loads(path.read_text()).get("bc_curve", []):
+            result = json.loads(path.read_text())
+            for point in result.get("bc_curve", []):
                 head = (point["action_modes"], tuple(point["mode_actions"]), point["n_action_steps"])
                 if (point["task"], point["inputs"], head) == (task, setting, run_head):
-                    encoders = measured[point.get("encoders", "random")]
-                    encoders.setdefault(point["demos"], []).append(point)
-        same_head.update({demos: mean_over_seeds(seeds) for demos, seeds in measured["random"].items()})
-        pretrained = {demos: mean_over_seeds(seeds) for demos, seeds in measured["pretrained"].items()}
+                    seed = point.get("seed", result.get("config", {}).get("seed", 0))  # older points name none
+                    measured[point.get("encoders", "random")].setdefault(point["demos"], {})[seed] = point
+        same_head.update({demos: mean_over_seeds(list(seeds.values()))
+                          for demos, seeds in measured["random"].items()})
+        pretrained = {demos: mean_over_seeds(list(seeds.values())) for demos, seeds in measured["pretrained"].items()}
     points["same_head"] = [same_head[demos] for demos in sorted(same_head)]
     points["pretrained_encoders"] = [pretrained[demos] for demos in sorted(pretrained)]
     return points

@@ -138,10 +138,12 @@ def test_bc_points_of_several_training_seeds_on_the_same_demonstrations_are_thei
                 "n_action_steps": 4, "demos": demos, "frames": frames, "over_expert": over_expert, **marks}
 
     files = {"seed0": [curve_point(750, 28414, 0.94), curve_point(1000, 37822, 0.96)],
-             "seed1": [curve_point(750, 28414, 0.92, seed=1)],
+             "seed1": [curve_point(750, 28414, 0.90, seed=1)],
+             "seed1_again": [curve_point(750, 28414, 0.92)],  # its seed in its config only, and measured twice
              "pretrained": [curve_point(750, 28414, 0.5, encoders="pretrained")]}
     for name, points in files.items():
-        (tmp_path / f"{name}.json").write_text(json.dumps({"bc_curve": points}))
+        (tmp_path / f"{name}.json").write_text(json.dumps({"config": {"seed": 0 if name == "seed0" else 1},
+                                                           "bc_curve": points}))
     bc = bc_points("push", 40.0, "visuomotor", 2, ("ee_dz",), n_action_steps=4, results=tmp_path)
     assert [(p["demos"], p["frames"], p["seeds"]) for p in bc["same_head"]] == [(750, 28414, 2), (1000, 37822, 1)]
     assert [p["success"] for p in bc["same_head"]] == pytest.approx([0.93, 0.96])
