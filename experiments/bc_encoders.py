@@ -34,7 +34,7 @@ from core.files import repo_relative
 from core.options import parse_config
 from dataset import FleetStore
 from dataset.episodes import select_episodes
-from experiments.fleet_encoders import EVALUATION, cnn_options, pretrain_stage
+from experiments.fleet_encoders import EVALUATION, cnn_options, expert_evaluated, pretrain_stage
 from experiments.fleet_learning import evaluated
 from experiments.full_run import StageClock, trained_step
 from train.encoder_pretrain import DESCRIPTION
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
                            Path(f"{run}_eval"), config.steps)
     store = FleetStore.open(config.data)
     task = store.manifest["task"]["reference"]
-    expert = evaluated(EVALUATION, clock, "the expert", ["--expert", "--task", task], Path(f"{run}_expert"))
+    expert = expert_evaluated(clock, task, Path(f"{run}_expert"))
     demonstrations = select_episodes(store, per_robot=config.episodes_per_robot or None)
     frames = sum(episode.length for episode in demonstrations)
     command = "python -m experiments.bc_encoders" + "".join(f" {a}" for a in (argv or sys.argv[1:]))

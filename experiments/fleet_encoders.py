@@ -96,11 +96,19 @@ def seed_result(config: FleetEncodersConfig, clock: StageClock, seed: int) -> di
                         Path(f"{run}_eval"), config.steps)}
 
 
-def behaviour_cloning_curve(config: FleetEncodersConfig, task: str) -> list[dict]:
-    """Behaviour cloning's points that the goal reads ``config``'s policies against: its curve on ``task`` from
-    cameras with their head and acting (a full-run point's frames estimated from the seed's demonstrations)."""
-    seed = select_episodes(FleetStore.open(config.data))
-    return goal_curve(bc_points(task, sum(episode.length for episode in seed) / len(seed), "visuomotor",
+def expert_evaluated(clock: StageClock, task: str, out: Path) -> dict:
+    """The task's expert evaluated as the policies are, on the same robots and seeds, into ``out`` (kept where
+    finished)."""
+    return evaluated(EVALUATION, clock, "the expert", ["--expert", "--task", task], out)
+
+
+def behaviour_cloning_curve(config: FleetEncodersConfig, seed: FleetStore) -> list[dict]:
+    """Behaviour cloning's points that the goal reads ``config``'s policies against: its curve on the ``seed``
+    collection's task from cameras with their head and acting (a full-run point's frames estimated from the seed's
+    demonstrations)."""
+    demonstrations = select_episodes(seed)
+    return goal_curve(bc_points(seed.manifest["task"]["reference"],
+                                sum(episode.length for episode in demonstrations) / len(demonstrations), "visuomotor",
                                 config.action_modes, config.mode_actions, config.n_action_steps))
 
 
@@ -121,11 +129,11 @@ def main(argv: list[str] | None = None) -> dict:
                    ["--data", config.data, "--more", *rounds, "--steps", str(config.pretrain_steps)])
     seeds = [seed_result(config, clock, seed) for seed in config.seeds]
     labelled = {account["round"]: account["labelled_so_far"] for account in run_accounts_of(Path(config.fleet_run))}
-    task = FleetStore.open(config.data).manifest["task"]["reference"]
-    expert = evaluated(EVALUATION, clock, "the expert", ["--expert", "--task", task], Path(f"{config.out}_expert"))
+    seed_store = FleetStore.open(config.data)
+    expert = expert_evaluated(clock, seed_store.manifest["task"]["reference"], Path(f"{config.out}_expert"))
     mean_success = sum(s["fleet"]["pc_success"] for s in seeds) / len(seeds)
     goal = goal_measure(mean_success / expert["fleet"]["pc_success"], labelled[config.rounds],
-                        behaviour_cloning_curve(config, task))
+                        behaviour_cloning_curve(config, seed_store))
     result = {"config": asdict(config), "machine": machine_facts(), "seconds": clock.seconds,
               "command": "python -m experiments.fleet_encoders" + "".join(f" {a}" for a in (argv or sys.argv[1:])),
               "expert_labelled_frames": labelled[config.rounds],

@@ -66,17 +66,17 @@ def bc_points(task: str, frames_per_demo: float, setting: str, action_modes: int
                 if (point["task"], point["inputs"], head) == (task, setting, run_head):
                     seed = point.get("seed", result.get("config", {}).get("seed", 0))  # older points name none
                     measured[point.get("encoders", "random")].setdefault(point["demos"], {})[seed] = point
-        same_head.update({demos: mean_over_seeds(list(seeds.values()))
-                          for demos, seeds in measured["random"].items()})
-        pretrained = {demos: mean_over_seeds(list(seeds.values())) for demos, seeds in measured["pretrained"].items()}
+        same_head.update({demos: mean_over_seeds(seeds) for demos, seeds in measured["random"].items()})
+        pretrained = {demos: mean_over_seeds(seeds) for demos, seeds in measured["pretrained"].items()}
     points["same_head"] = [same_head[demos] for demos in sorted(same_head)]
     points["pretrained_encoders"] = [pretrained[demos] for demos in sorted(pretrained)]
     return points
 
 
-def mean_over_seeds(seeds: list[dict]) -> dict:
-    """One curve point from ``bc_curve`` points measured on the same demonstrations with different training seeds:
-    their mean success over the expert, and how many seeds it averages."""
+def mean_over_seeds(by_seed: dict[int, dict]) -> dict:
+    """One curve point from ``bc_curve`` points measured on the same demonstrations with different training seeds
+    (by seed): their mean success over the expert, and how many seeds it averages."""
+    seeds = list(by_seed.values())
     return {"demos": seeds[0]["demos"], "frames": round(sum(point["frames"] for point in seeds) / len(seeds)),
             "success": sum(point["over_expert"] for point in seeds) / len(seeds), "seeds": len(seeds)}
 

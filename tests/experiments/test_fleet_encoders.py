@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+from collect_helpers import run_collect
+from dataset import FleetStore
 from experiments.bc_encoders import BCEncodersConfig
 from experiments.fleet_encoders import FleetEncodersConfig, behaviour_cloning_curve, cnn_options, goal_measure
 
@@ -25,11 +27,13 @@ def test_the_rounds_must_be_finished_and_the_encoders_sit_beside_the_runs(tmp_pa
         FleetEncodersConfig(fleet_run=str(run), rounds=2)
 
 
-def test_the_goal_reads_the_seeds_mean_against_behaviour_clonings_curve_with_the_same_head(tmp_path, camera_fleet):
+def test_the_goal_reads_the_seeds_mean_against_behaviour_clonings_curve_with_the_same_head(tmp_path):
     run = run_through_round_1(tmp_path)
-    config = FleetEncodersConfig(fleet_run=str(run), rounds=1, data=str(camera_fleet), action_modes=2,
+    push_seed = tmp_path / "push_seed"
+    assert run_collect(push_seed, "--robots", "1", "--episodes", "1", "--task", "push", "--workers", "1").returncode == 0
+    config = FleetEncodersConfig(fleet_run=str(run), rounds=1, data=str(push_seed), action_modes=2,
                                  mode_actions=("ee_dz",), n_action_steps=4)
-    curve = behaviour_cloning_curve(config, "push")
+    curve = behaviour_cloning_curve(config, FleetStore.open(push_seed))
     assert curve and all(point["demos"] >= 90 for point in curve)  # push's curve with the mixture head, acting 4
     on_a_point = curve[-2]
     goal = goal_measure(on_a_point["success"], on_a_point["frames"] // 5, curve)
