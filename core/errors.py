@@ -48,10 +48,21 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
+def shortened(text: str, limit: int = 200) -> str:
+    """``text`` cut to at most ``limit`` characters at a word boundary, with ``...`` where it was cut
+    (mid-word only where the word cut would be more than half of what is kept: a long path, say)."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 3]
+    words = cut.rsplit(" ", 1)[0]
+    return (words if len(words) >= len(cut) // 2 else cut).rstrip(" ,;:") + "..."
+
+
 def one_line(error: BaseException, limit: int = 200) -> str:
-    """An exception as one short line for a message or a record: ``"TypeName: first line of its text"``."""
+    """An exception as one short line for a message or a record: ``"TypeName: first line of its text"``,
+    ``shortened`` to ``limit``."""
     lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")[:limit]
+    return shortened(f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": "), limit)
 
 
 CRASH_AT = "ROBOFLEET_CRASH_AT"  # a test hook: the step at which crash_point kills the process group

@@ -28,6 +28,9 @@ class EvalConfig:
         "help": "evaluate the policy and the expert on the same robots and seeds"})
     n_action_steps: int | None = field(default=None, metadata={
         "help": "actions of each predicted chunk executed before predicting again (default: the checkpoint's)"})
+    max_parameters: int | None = field(default=None, metadata={
+        "help": "refuse a checkpoint whose policy has more parameters than this, before building it (default: "
+                "as many as a quarter of this machine's memory holds at 4 bytes each)"})
     videos: int = field(default=0, metadata={"help": "episodes recorded as MP4, spread over the sites"})
     batch: int = field(default=16, metadata={"help": "episodes of one robot run in lockstep (one batched policy call)"})
     device: str = field(default="auto", metadata={"help": "policy device on the workers: auto (cuda if present), cpu, cuda"})
@@ -38,8 +41,9 @@ class EvalConfig:
 
     def __post_init__(self):
         check_options(self, ("robots", "episodes", "batch", "workers"), lambda value: value >= 1, "must be at least 1")
-        if self.n_action_steps is not None:
-            check_options(self, ("n_action_steps",), lambda value: value >= 1, "must be at least 1")
+        for name in ("n_action_steps", "max_parameters"):
+            if getattr(self, name) is not None:
+                check_options(self, (name,), lambda value: value >= 1, "must be at least 1")
         check_options(self, ("robot_offset", "episode_offset", "videos"), lambda value: value >= 0, "must be at least 0")
         if self.seed is not None:
             check_options(self, ("seed",), lambda value: value >= 0, "must not be negative")

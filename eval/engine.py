@@ -33,7 +33,8 @@ def make_jobs(config: EvalConfig, plan: EvalPlan, video_dir: Path) -> list[Robot
     return [
         RobotJob(agent, profile.to_dict(), plan.task, tuple(plan.seeds[profile.robot_id]), plan.checkpoint,
                  plan.cameras, plan.image_size, config.batch, config.device, config.n_action_steps,
-                 videos.get(profile.robot_id, ()) if agent == config.agents[0] else (), str(video_dir), plan.fps)
+                 videos.get(profile.robot_id, ()) if agent == config.agents[0] else (), str(video_dir), plan.fps,
+                 max_parameters=config.max_parameters)
         for agent in config.agents for profile in plan.robots
     ]
 

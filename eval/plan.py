@@ -62,7 +62,7 @@ class EvalPlan:
                 [p.robot_id for p in self.robots if p.robot_id not in set(self.training_robots)]}
 
 
-def _load(path: str, n_action_steps: int | None = None) -> Checkpoint:
+def _load(path: str, n_action_steps: int | None = None, max_parameters: int | None = None) -> Checkpoint:
     """The checkpoint at ``path``, read once and checked to build its policy; a one-line ``ValueError``
     for a missing, old-format, damaged or incomplete one. A run directory gives its newest intact
     checkpoint, with a warning for each broken one skipped. A LeRobot pretrained_model directory
@@ -79,7 +79,9 @@ def _load(path: str, n_action_steps: int | None = None) -> Checkpoint:
     checkpoint = open_checkpoint(given)
     _check_chunk(checkpoint.spec, n_action_steps)
     try:
-        checkpoint.policy(n_action_steps=n_action_steps)
+        checkpoint.policy(n_action_steps=n_action_steps, max_parameters=max_parameters)
+    except ValueError:  # already one line that names the checkpoint: too large, or weights that do not fit
+        raise
     except Exception as error:  # an unknown policy kind, options its class refuses
         raise ValueError(f"checkpoint {checkpoint.path} does not build its policy: {one_line(error)}") from None
     return checkpoint
@@ -219,7 +221,7 @@ def make_plan(config: EvalConfig) -> EvalPlan:
     """Check the checkpoint against the task and env, and settle robots and seeds (see the module docstring)."""
     if config.device == "cuda" and config.scheduler is None and not torch.cuda.is_available():
         raise ValueError("--device cuda: torch finds no CUDA GPU on this machine; use --device cpu (or auto)")
-    checkpoint = _load(config.checkpoint, config.n_action_steps) if config.checkpoint else None
+    checkpoint = _load(config.checkpoint, config.n_action_steps, config.max_parameters) if config.checkpoint else None
     task, spec = _task(config, checkpoint)
     cameras, image_size = _cameras(checkpoint)
     store = _training_store(checkpoint)

@@ -56,6 +56,7 @@ class RobotJob:
     videos: tuple[int, ...] = ()  # episode indices recorded as MP4
     video_dir: str | None = None
     fps: int = 20
+    max_parameters: int | None = None  # None: train.policies.budget's default
 
 
 def _device(job: RobotJob) -> str:
@@ -76,7 +77,8 @@ class PolicyAgent:
 
     def __init__(self, job: RobotJob, profile: RobotProfile):
         device = _device(job)
-        policy, _ = load_policy(job.checkpoint, robot_id=profile.robot_id, n_action_steps=job.n_action_steps)
+        policy, _ = load_policy(job.checkpoint, robot_id=profile.robot_id, n_action_steps=job.n_action_steps,
+                                max_parameters=job.max_parameters)
         self.policy = policy.to(device)
         self.inputs = list(policy.spec.features)
 

@@ -4,8 +4,8 @@
         model.safetensors    the weights evaluation runs (the EMA average where there is one), and
                              each robot's personal weights (federated) as ``personal.<robot>.<name>``
         checkpoint.json      policy spec, statistics, features, task, step, config, what the run
-                             was trained on (train/identity.py), code version, and the sha256 of
-                             the other two files
+                             was trained on (train/identity.py), code version, and the sha256 and
+                             size of the other two files
         training_state.pt    what only a resume reads: optimiser, scheduler, RNG states, epoch,
                              the EMA's trained weights, the gradient scaler, the federated server
     RUN/checkpoints/last     symlink to the newest one
@@ -13,7 +13,11 @@
 **Loading never runs code from the files.** safetensors holds tensors only, JSON holds data
 only, and ``training_state.pt`` is read with ``torch.load(weights_only=True)``, which rebuilds
 tensors and plain containers and refuses anything else. A file whose sha256 differs from the
-one recorded is refused: flipped weights are detected, not run. Checkpoints of the older
+one recorded is refused: flipped weights are detected, not run. Every file is read bounded
+(core/untrusted.py): only regular files inside the run (``last`` and links between its step
+directories are fine), of the size recorded (older checkpoints record none: at most a quarter of
+the machine's memory), ``checkpoint.json`` of at most ``MAX_DESCRIPTION`` bytes. A policy is
+sized on the meta device before it is built (train/policies/budget.py). Checkpoints of the older
 single-file pickle format (``step_*.pt``) are refused with a pointer to the one-time
 conversion (``python -m train.convert_checkpoint RUN``).
 
@@ -44,18 +48,36 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from core.errors import one_line, warn
+from core.untrusted import read_untrusted
+from train.policies.budget import check_policy
 from train.policies.policy import Policy, PolicySpec, make_policy
 
 LAST = "last"
 WEIGHTS, DESCRIPTION, TRAINING_STATE = "model.safetensors", "checkpoint.json", "training_state.pt"
 FORMAT = "robofleet-checkpoint-2"
 PERSONAL = "personal."
+MAX_DESCRIPTION = 64 * 2**20  # bytes of checkpoint.json: statistics and config, never this much
 REQUIRED = {"format": str, "policy_spec": dict, "stats": dict, "features": dict, "step": int, "files": dict}
 State = dict[str, torch.Tensor]
 
 
 def checkpoint_dir(run: Path) -> Path:
     return Path(run) / "checkpoints"
+
+
+def run_directory(path: Path) -> Path:
+    """The run a checkpoint (a directory, or an old-format file) lies in: RUN for ``RUN/checkpoints/X``,
+    else the checkpoint directory itself (an old file's folder). Its files must not link out of it."""
+    path = Path(os.path.abspath(path))
+    if path.parent.name == "checkpoints":
+        return path.parent.parent
+    return path if path.is_dir() else path.parent
+
+
+def missing_fields(description) -> list[str]:
+    """The ``REQUIRED`` fields that ``description`` (checkpoint.json's content) lacks or holds with another type."""
+    return [key for key, kind in REQUIRED.items()
+            if not isinstance(description, dict) or not isinstance(description.get(key), kind)]
 
 
 def rng_state() -> dict:
@@ -109,17 +131,27 @@ class Checkpoint:
         """The fleet seed of the training collection, where the checkpoint records it."""
         return (self.identity or {}).get("seed")
 
-    def policy(self, robot_id: int | None = None, n_action_steps: int | None = None) -> Policy:
+    def policy(self, robot_id: int | None = None, n_action_steps: int | None = None,
+               max_parameters: int | None = None) -> Policy:
         """The policy in eval mode: with ``robot_id``'s personal weights where it has some, and
-        ``n_action_steps`` (actions of each predicted chunk run before the next prediction) if given."""
+        ``n_action_steps`` (actions of each predicted chunk run before the next prediction) if given.
+        A one-line ``ValueError`` before it is built where it would have more than ``max_parameters``
+        parameters (default: ``budget.default_max_parameters()``) or its weights do not fit it."""
         spec = self.spec if n_action_steps is None else dataclasses.replace(self.spec, n_action_steps=n_action_steps)
+        weights = {**self.weights, **self.personal.get(robot_id, {})}
+        self.check(weights, max_parameters, spec)
         policy = make_policy(spec, self.stats)
-        try:
-            policy.load_state_dict({**self.weights, **self.personal.get(robot_id, {})})
-        except RuntimeError as error:  # missing, unexpected or misshapen weights
-            raise ValueError(f"the weights of {self.path or 'the checkpoint'} do not fit its "
-                             f"{spec.kind} policy: {one_line(error)}") from None
+        policy.load_state_dict(weights)
         return policy.eval()
+
+    def check(self, weights: State | None = None, max_parameters: int | None = None,
+              spec: PolicySpec | None = None) -> None:
+        """Refuse in one line, without building it, a policy that is too large or does not fit ``weights``
+        (default: the shared ones); see ``train.policies.budget.check_policy``."""
+        try:
+            check_policy(spec or self.spec, self.stats, self.weights if weights is None else weights, max_parameters)
+        except ValueError as error:
+            raise ValueError(f"{self.path or 'the checkpoint'}: {error}") from None
 
     def description(self) -> dict:
         """checkpoint.json's content, less the files' checksums."""
@@ -146,7 +178,8 @@ class Checkpoint:
                 files[TRAINING_STATE] = buffer.getvalue()
             for name, data in files.items():
                 (staging / name).write_bytes(data)
-            description = {**self.description(), "files": {name: _sha256(data) for name, data in files.items()}}
+            description = {**self.description(),
+                           "files": {name: {"sha256": _sha256(data), "bytes": len(data)} for name, data in files.items()}}
             (staging / DESCRIPTION).write_text(json.dumps(description, indent=1) + "\n")
             os.chmod(staging, 0o755)  # mkdtemp makes it private
             if directory.exists():  # a step this run writes again (--no-resume): swap the old one out
@@ -172,12 +205,12 @@ class Checkpoint:
         if not (directory / DESCRIPTION).is_file():
             raise ValueError(f"no checkpoint at {directory}" if not directory.exists()
                              else f"{directory} is not a RoboFleet checkpoint (a directory holding {DESCRIPTION})")
+        data = read_untrusted(directory / DESCRIPTION, run_directory(directory), cap=MAX_DESCRIPTION)
         try:
-            description = json.loads((directory / DESCRIPTION).read_text())
+            description = json.loads(data)
         except ValueError as error:
             raise ValueError(f"{directory / DESCRIPTION} is damaged, not JSON ({error})") from None
-        wrong = [key for key, kind in REQUIRED.items()
-                 if not isinstance(description, dict) or not isinstance(description.get(key), kind)]
+        wrong = missing_fields(description)
         if wrong or description["format"] != FORMAT:
             raise ValueError(f"{directory} is not a RoboFleet checkpoint: "
                              + (f"{DESCRIPTION} lacks {', '.join(wrong)}" if wrong
@@ -233,16 +266,19 @@ def _load_weights_only(data: bytes) -> dict:
 
 
 def _read_file(directory: Path, name: str, description: dict, decode):
-    """One of the checkpoint's files, checked against its recorded sha256 and decoded; a one-line ValueError."""
+    """One of the checkpoint's files, read bounded by its recorded size (``core.untrusted``), checked
+    against its recorded sha256 and decoded; a one-line ValueError."""
     path = directory / name
-    expected = description["files"].get(name)
-    if expected is None:
+    recorded = description["files"].get(name)
+    if recorded is None:
         raise ValueError(f"{directory} has no {name}: it was not written for a resume" if name == TRAINING_STATE
                          else f"{directory / DESCRIPTION} records no checksum for {name}")
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise ValueError(f"cannot read {path}: {error.strerror}") from None
+    # older checkpoints record the sha256 alone
+    expected, size = (recorded, None) if isinstance(recorded, str) else (
+        (recorded.get("sha256"), recorded.get("bytes")) if isinstance(recorded, dict) else (None, None))
+    if not isinstance(expected, str) or not (size is None or type(size) is int):
+        raise ValueError(f"{directory / DESCRIPTION} is damaged: its record of {name} is not a sha256 and a size")
+    data = read_untrusted(path, run_directory(directory), size)
     if _sha256(data) != expected:
         raise ValueError(f"{path} is damaged: its sha256 does not match the one {DESCRIPTION} records")
     try:
@@ -308,9 +344,9 @@ def open_checkpoint(path: Path | str, training: bool = False, quiet: bool = Fals
     return Checkpoint.read(path.resolve() if path.is_symlink() else path, training)
 
 
-def load_policy(path: Path | str, robot_id: int | None = None,
-                n_action_steps: int | None = None) -> tuple[Policy, Checkpoint]:
+def load_policy(path: Path | str, robot_id: int | None = None, n_action_steps: int | None = None,
+                max_parameters: int | None = None) -> tuple[Policy, Checkpoint]:
     """The trained policy at ``path`` (see ``open_checkpoint``) in eval mode, and its checkpoint;
-    ``robot_id`` and ``n_action_steps`` as for ``Checkpoint.policy``."""
+    ``robot_id``, ``n_action_steps`` and ``max_parameters`` as for ``Checkpoint.policy``."""
     checkpoint = open_checkpoint(path)
-    return checkpoint.policy(robot_id, n_action_steps), checkpoint
+    return checkpoint.policy(robot_id, n_action_steps, max_parameters), checkpoint

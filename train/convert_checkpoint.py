@@ -7,8 +7,11 @@ A pickle can run code when it is loaded, so RoboFleet no longer reads that forma
 (train/checkpoint.py). This one-time conversion reads it with ``torch.load(weights_only=True)``,
 allowing numpy's array types besides (the old files keep their statistics and numpy's RNG
 state as arrays): even here no code from the file runs, and a file that needs any other type
-is refused. Run it only on files you trust all the same: a converted checkpoint's weights
-are what the file held. Each file becomes the checkpoint directory of the same name without
+is refused, as is one that is not a regular file inside its run (core/untrusted.py) or whose
+content is not a checkpoint's (missing keys, wrong types, weights that do not fit its policy
+spec): in one line, before anything is written. Run it only on files you trust all the same: a
+converted checkpoint's weights are what the file held. Each file becomes the checkpoint
+directory of the same name without
 ``.pt``; a run's ``last`` then points at its newest, and the old files are removed once every
 one of them is converted.
 """
@@ -16,6 +19,8 @@ one of them is converted.
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import sys
 from pathlib import Path
 
@@ -23,7 +28,8 @@ import numpy as np
 import torch
 
 from core.errors import fail, one_line
-from train.checkpoint import LAST, TRAINING_STATE, Checkpoint, checkpoint_dir
+from core.untrusted import read_untrusted
+from train.checkpoint import LAST, TRAINING_STATE, Checkpoint, checkpoint_dir, missing_fields, run_directory
 from train.policies.policy import PolicySpec
 
 # what numpy arrays unpickle through; torch's weights_only loader rebuilds nothing else
@@ -35,11 +41,13 @@ def read_old_checkpoint(path: Path) -> dict:
     """An old checkpoint file's content, loaded without running code; a one-line ``ValueError`` otherwise."""
     allowed = {f"{kind.__module__}.{kind.__qualname__}" for kind in NUMPY_TYPES}
     try:
-        foreign = [name for name in torch.serialization.get_unsafe_globals_in_checkpoint(path) if name not in allowed]
+        data = read_untrusted(path, run_directory(path))
+        foreign = [name for name in torch.serialization.get_unsafe_globals_in_checkpoint(io.BytesIO(data))
+                   if name not in allowed]
         if foreign:
             raise ValueError(f"it would call {', '.join(foreign)}, which no checkpoint holds: refused, nothing run")
         with torch.serialization.safe_globals(NUMPY_TYPES):
-            content = torch.load(path, map_location="cpu", weights_only=True)
+            content = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as error:  # a foreign type, a truncated or foreign file
         reason = str(error) if isinstance(error, ValueError) else one_line(error)
         raise ValueError(f"cannot convert {path}: {reason}") from None
@@ -67,12 +75,35 @@ def converted(content: dict) -> Checkpoint:
                       training=training or None)
 
 
+def checked(file: Path) -> Checkpoint:
+    """The old checkpoint ``file`` converted, its policy sized and its weights fitted on the meta device
+    (``Checkpoint.check``) and its description made: a one-line ``ValueError`` where its content is not
+    a checkpoint's."""
+    content = read_old_checkpoint(file)
+    try:
+        checkpoint = converted(content)
+        description = json.loads(json.dumps(checkpoint.description()))
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as error:
+        raise ValueError(f"cannot convert {file}: it is not a RoboFleet checkpoint ({one_line(error)})") from None
+    if wrong := missing_fields({**description, "files": {}}):
+        raise ValueError(f"cannot convert {file}: it is not a RoboFleet checkpoint (its {', '.join(wrong)} "
+                         "is missing or of the wrong type)")
+    checkpoint.path = file
+    try:
+        for robot in (None, *checkpoint.personal):
+            checkpoint.check({**checkpoint.weights, **checkpoint.personal.get(robot, {})})
+    except ValueError as error:
+        raise ValueError(f"cannot convert {error}") from None
+    return checkpoint
+
+
 def convert(path: Path) -> list[Path]:
     """Convert a run's old checkpoints (or one old file); returns the checkpoint directories written."""
     files = sorted(checkpoint_dir(path).glob("step_*.pt")) if path.is_dir() else [path]
     if not files:
         raise ValueError(f"no old checkpoints (step_*.pt) in {checkpoint_dir(path)}")
-    written = [converted(read_old_checkpoint(file)).write(file.with_suffix("")) for file in files]
+    checkpoints = [checked(file) for file in files]  # all of them, before the first is written
+    written = [checkpoint.write(file.with_suffix("")) for file, checkpoint in zip(files, checkpoints)]
     for directory in written:
         Checkpoint.read(directory, training=(directory / TRAINING_STATE).exists())  # reads back, or raises
     if path.is_dir():
