@@ -15,6 +15,7 @@ from collect.config import CollectConfig
 from collect.engine import run_collection
 from collect.repair import repair_store
 from core.errors import fail
+from core.lock import output_lock
 from core.options import parse_config
 from dataset.cli import open_store, print_problems, report_verdict
 
@@ -24,10 +25,13 @@ INTERRUPTED_EXIT = 130
 def main(argv: list[str] | None = None) -> None:
     config = parse_config(CollectConfig, __doc__, argv)
     if config.repair:
-        repair(config)
+        open_store(config.repair)  # no store there: its one-line error, before a lock file is made beside it
+        with output_lock(config.repair, "collect --repair"):
+            repair(config)
         return
     try:
-        summary = run_collection(config)
+        with output_lock(config.out, "collect"):
+            summary = run_collection(config)
     except ValueError as error:
         fail(str(error))
     except KeyboardInterrupt:

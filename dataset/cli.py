@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import check_output_directory, fail, warn
+from core.lock import output_lock
 from core.options import check_choices, parse_subcommand
 from dataset.chunks import DataError, read_rows
 from dataset.fleet_store import FleetStore
@@ -214,8 +215,9 @@ def export_lerobot(config: ExportConfig) -> None:
 
     store = open_store(config.store)
     try:
-        root = export(store, Path(config.root), repo_id=config.repo_id, use_videos=config.videos,
-                      inputs=config.inputs, features=list(config.features))
+        with output_lock(config.root, "dataset export-lerobot", "ROOT"):
+            root = export(store, Path(config.root), repo_id=config.repo_id, use_videos=config.videos,
+                          inputs=config.inputs, features=list(config.features))
     except ValueError as error:
         fail(str(error))
     chosen = (f"--features {' '.join(config.features)}" if config.features
@@ -227,7 +229,8 @@ def import_lerobot(config: ImportConfig) -> None:
     from dataset.lerobot_io import import_lerobot as import_  # lerobot is slow to import: only when asked
 
     try:
-        import_(Path(config.root), Path(config.out), repo_id=config.repo_id, overwrite=config.overwrite)
+        with output_lock(config.out, "dataset import-lerobot", "OUT"):
+            import_(Path(config.root), Path(config.out), repo_id=config.repo_id, overwrite=config.overwrite)
     except (ValueError, FileNotFoundError) as error:
         fail(str(error))
     print(f"wrote fleet store {config.out}")

@@ -20,7 +20,7 @@ from core.cluster import dask_client
 from core.files import code_version
 from core.progress import progress_bar
 from eval.config import EvalConfig
-from eval.output import check_out, publish, staging, write_outputs
+from eval.output import publish, staging, write_outputs
 from eval.plan import EvalPlan, make_plan
 from eval.report import comparison, evaluation_tables
 from eval.rollout import RobotJob, evaluate_robot
@@ -72,8 +72,7 @@ def run_evaluation(config: EvalConfig) -> dict:
     """
     plan = make_plan(config)
     out = Path(config.out)
-    check_out(out, config.overwrite)
-    with staging(out) as directory:
+    with staging(out, config.overwrite) as directory:
         records, eval_s = run_jobs(config, make_jobs(config, plan, directory / "videos"))
         by_agent = {agent: [r for r in records if r["agent"] == agent] for agent in config.agents}
         main = config.agents[0]

@@ -5,20 +5,19 @@
     EVAL/success.png      per-robot success bars grouped by site, fleet mean as a line
     EVAL/videos/*.mp4     with --videos
 
-A run builds its output in a hidden staging directory beside EVAL (workers write the
-videos there) and renames it into place only once everything is written, so EVAL
-holds a whole evaluation or nothing: an interrupted or failed run leaves no trace. A killed
-one (SIGKILL, a lost machine) leaves its staging directory, named after its process and
-host; the next run for the same EVAL removes those whose process is gone.
+A run holds EVAL's lock throughout (``core.lock``: one evaluate writes an EVAL at a time) and
+builds its output in a hidden staging directory beside EVAL (workers write the videos there),
+renamed into place only once everything is written, so EVAL holds a whole evaluation or
+nothing: an interrupted or failed run leaves no trace. A killed one (SIGKILL, a lost machine)
+leaves its staging directory; the next run for the same EVAL, holding the lock, knows that no
+other run is writing and removes them all.
 """
 
 from __future__ import annotations
 
 import csv
 import glob
-import os
 import shutil
-import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +30,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from core.errors import check_output_directory, warn  # noqa: E402
 from core.files import write_json_atomic
+from core.lock import output_lock
 
 EVAL_INFO = "eval_info.json"
 SITE_COLOURS = {"office": "tab:orange", "warehouse": "tab:brown", "factory": "tab:blue"}
@@ -52,48 +52,31 @@ def _staging_prefix(out: Path) -> str:
     return f".{out.name}.staging-"
 
 
-def _run_alive(directory: Path, prefix: str) -> bool:
-    """Whether the run that made a staging directory may still be writing it: a live process of this host, or
-    one of another host (a shared filesystem), or a name this module did not make."""
-    owner = directory.name[len(prefix):].rpartition(".")[0]  # "PID@HOST"; mkdtemp's random part follows a dot
-    pid, _, host = owner.partition("@")
-    if not pid.isdigit() or host != socket.gethostname():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        pass
-    return True
-
-
 def clean_staging(out: Path) -> int:
-    """Remove the staging directories that killed runs for ``out`` left beside it; how many. Those of live
-    runs, and other outputs' ones, stay."""
-    prefix = _staging_prefix(out)
-    stale = [d for d in out.parent.glob(glob.escape(prefix) + "*") if d.is_dir() and not _run_alive(d, prefix)]
+    """Remove the staging directories that killed runs for ``out`` left beside it; how many. Only under
+    ``out``'s lock, which says that no run is writing them; other outputs' ones stay."""
+    stale = [d for d in out.parent.glob(glob.escape(_staging_prefix(out)) + "*") if d.is_dir()]
     for directory in stale:
         shutil.rmtree(directory, ignore_errors=True)
     return len(stale)
 
 
 @contextmanager
-def staging(out: Path) -> Iterator[Path]:
-    """A fresh directory beside ``out`` to build the output in; removed unless published. The ones killed
-    runs left for ``out`` are removed first, with a warning."""
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if cleaned := clean_staging(out):
-            warn(f"removed {cleaned} unfinished output(s) of killed evaluate runs beside --out {out}")
-        owner = f"{os.getpid()}@{socket.gethostname()}."
-        directory = Path(tempfile.mkdtemp(dir=out.parent, prefix=_staging_prefix(out) + owner))
-    except OSError as error:
-        raise ValueError(f"cannot write to --out {out}: {error.strerror}") from None
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+def staging(out: Path, overwrite: bool) -> Iterator[Path]:
+    """Hold ``out``'s lock, check it (``check_out``) and give a fresh directory beside it to build the output
+    in; removed unless published. The ones killed runs left for ``out`` are removed first, with a warning."""
+    with output_lock(out, "evaluate"):
+        check_out(out, overwrite)
+        try:
+            if cleaned := clean_staging(out):
+                warn(f"removed {cleaned} unfinished output(s) of killed evaluate runs beside --out {out}")
+            directory = Path(tempfile.mkdtemp(dir=out.parent, prefix=_staging_prefix(out)))
+        except OSError as error:
+            raise ValueError(f"cannot write to --out {out}: {error.strerror}") from None
+        try:
+            yield directory
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def publish(directory: Path, out: Path) -> None:

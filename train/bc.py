@@ -41,6 +41,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from core.errors import fail
+from core.lock import output_lock
 from core.files import code_version, repo_relative, write_json_atomic
 from core.options import parse_config
 from dataset.chunks import DataError, data_error_line
@@ -308,8 +309,10 @@ def one_line_errors(argv: list[str], run: Path) -> Iterator[None]:
 def main(argv: list[str] | None = None) -> None:
     config = parse_config(TrainConfig, __doc__, argv)
     try:
-        with one_line_errors(sys.argv[1:] if argv is None else argv, Path(config.out)):
-            run_training(config)
+        # the lock outside: a refusal is no failure of these inputs for torchrun's restarts to remember
+        with output_lock(config.out, "train/bc.py"):
+            with one_line_errors(sys.argv[1:] if argv is None else argv, Path(config.out)):
+                run_training(config)
     except KeyboardInterrupt:  # Ctrl-C reaches every rank; rank 0 says where the run stands
         if int(os.environ.get("RANK", "0")) == 0:
             last = latest_checkpoint(Path(config.out))

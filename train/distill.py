@@ -40,6 +40,7 @@ import torch  # noqa: E402
 import torch.distributed as dist
 
 from core.errors import fail, one_line, warn
+from core.lock import output_lock
 from core.options import parse_config
 from dataset import FleetStore
 from dataset.chunks import DataError
@@ -201,8 +202,9 @@ def run_distillation(config: DistillConfig) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     config = parse_config(DistillConfig, __doc__, argv)
-    with one_line_errors(sys.argv[1:] if argv is None else argv, Path(config.out)):
-        run_distillation(config)
+    with output_lock(config.out, "train/distill.py"):  # outside one_line_errors, as in bc.py
+        with one_line_errors(sys.argv[1:] if argv is None else argv, Path(config.out)):
+            run_distillation(config)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from core.errors import fail
+from core.lock import output_lock
 from train.checkpoint import load_policy
 from train.policies.policy import Normalizer, module_key
 
@@ -73,7 +74,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("out", type=Path, help="the pretrained_model directory to write (new or empty)")
     args = parser.parse_args(argv)
     try:
-        out = export_lerobot_policy(args.checkpoint, args.out)
+        with output_lock(args.out, "python -m train.export", "OUT"):
+            out = export_lerobot_policy(args.checkpoint, args.out)
     except (OSError, ValueError) as error:  # no intact checkpoint there, a kind that does not export
         fail(str(error))
     print(f"wrote {out}: load it with lerobot's from_pretrained and make_pre_post_processors", file=sys.stdout)

@@ -45,6 +45,7 @@ import torch
 
 from core.cluster import dask_client
 from core.errors import fail
+from core.lock import output_lock
 from core.files import code_version, repo_relative, write_json_atomic
 from core.options import parse_config
 from core.progress import progress_bar
@@ -383,7 +384,8 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
 def main(argv: list[str] | None = None) -> None:
     config = parse_config(FederatedConfig, __doc__, argv)
     try:
-        run_federated(config)
+        with output_lock(config.out, "train/federated.py"):
+            run_federated(config)
     except KeyboardInterrupt:
         last = latest_checkpoint(config.out)
         print(f"\ninterrupted: {last or 'no checkpoint yet'} is kept; rerun to resume", file=sys.stderr)
