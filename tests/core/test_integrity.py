@@ -45,7 +45,7 @@ def test_training_skips_a_truncated_newest_checkpoint_with_one_warning_and_resum
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "resumed from step 10" in completed.stdout
     assert completed.stderr.startswith("warning: skipped a broken checkpoint: ")
-    assert_one_line(completed.stderr, f"{step_file(run_copy, 20)} is damaged: its sha256 does not match")
+    assert_one_line(completed.stderr, f"{step_file(run_copy, 20)} is damaged: it holds")  # fewer bytes than recorded
     assert open_checkpoint(run_copy).step == 30
 
 
