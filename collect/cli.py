@@ -14,7 +14,7 @@ import sys
 from collect.config import CollectConfig
 from collect.engine import run_collection
 from collect.repair import repair_store
-from core.errors import fail
+from core.errors import fail, quiet_closed_pipes
 from core.lock import output_lock
 from core.options import parse_config
 from dataset.cli import open_store, print_problems, report_verdict
@@ -23,6 +23,7 @@ INTERRUPTED_EXIT = 130
 
 
 def main(argv: list[str] | None = None) -> None:
+    quiet_closed_pipes()
     config = parse_config(CollectConfig, __doc__, argv)
     if config.repair:
         open_store(config.repair)  # no store there: its one-line error, before a lock file is made beside it

@@ -1,5 +1,5 @@
-"""One-line errors and warnings, the way every RoboFleet command reports bad input, and the
-crash points the tests kill a command at."""
+"""One-line errors and warnings, the way every RoboFleet command reports bad input, output that a
+reader may stop reading, and the crash points the tests kill a command at."""
 
 from __future__ import annotations
 
@@ -56,6 +56,54 @@ def shortened(text: str, limit: int = 200) -> str:
     cut = text[:limit - 3]
     words = cut.rsplit(" ", 1)[0]
     return (words if len(words) >= len(cut) // 2 else cut).rstrip(" ,;:") + "..."
+
+
+def quiet_closed_pipes() -> None:
+    """Let this command outlive a reader that stops reading its stdout or stderr (``collect ... | head -1``):
+    every command's ``main`` calls this first.
+
+    The command carries on with its output going to /dev/null from the first write that finds the pipe
+    closed, and exits as it would have: 0 when its work succeeded, never the 141 of a producer killed by
+    SIGPIPE. A command's product is what it writes to disk, not what it prints: stopping at a reader's
+    whim would leave a training without its last checkpoint (or, under torchrun, with its other ranks
+    hung and the run restarted), a collection half-done, a ``verify`` without its verdict; and a script
+    under ``set -o pipefail`` that glances at the first line still sees the command's own status. No
+    BrokenPipeError traceback shows, nor Python's "Exception ignored" at exit."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, _ReaderMayLeave):
+            setattr(sys, name, _ReaderMayLeave(stream))
+
+
+class _ReaderMayLeave:
+    """A text stream whose reader may close it; it is otherwise the stream itself."""
+
+    def __init__(self, stream: typing.TextIO):
+        self._stream = stream
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._to_devnull()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_devnull()
+
+    def _to_devnull(self) -> None:
+        # The file descriptor, not just this object: the interpreter's flush at exit, and any code that
+        # kept the stream from before, then write to /dev/null too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._stream.fileno())
+        os.close(devnull)
+        self._stream.flush()  # what the closed pipe refused, to /dev/null
 
 
 def one_line(error: BaseException, limit: int = 200) -> str:

@@ -14,15 +14,13 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from core.errors import check_output_directory, fail, warn
+from core.errors import check_output_directory, fail, quiet_closed_pipes, warn
 from core.lock import output_lock
 from core.options import check_choices, parse_subcommand
 from dataset.chunks import DataError, read_rows
@@ -241,15 +239,9 @@ COMMANDS = {"info": (InfoConfig, info), "verify": (VerifyConfig, verify), "stats
 
 
 def main(argv: list[str] | None = None) -> None:
+    quiet_closed_pipes()
     name, config = parse_subcommand({name: config for name, (config, _) in COMMANDS.items()}, __doc__, argv)
-    try:
-        try:
-            COMMANDS[name][1](config)
-        finally:
-            sys.stdout.flush()  # here, not at exit, where a closed pipe would print a traceback
-    except BrokenPipeError:  # the reader closed the pipe (`dataset verify DIR | head -1`): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
-        raise SystemExit(1) from None
+    COMMANDS[name][1](config)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from core.errors import fail
+from core.errors import fail, quiet_closed_pipes
 from core.options import parse_config
 from eval.config import EvalConfig
 from eval.engine import run_evaluation
@@ -24,6 +24,7 @@ INTERRUPTED_EXIT = 130
 
 
 def main(argv: list[str] | None = None) -> None:
+    quiet_closed_pipes()
     config = parse_config(EvalConfig, __doc__, argv)
     try:
         info = run_evaluation(config)

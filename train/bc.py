@@ -40,7 +40,7 @@ import torch  # noqa: E402
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from core.errors import fail
+from core.errors import fail, quiet_closed_pipes
 from core.lock import output_lock
 from core.files import code_version, repo_relative, write_json_atomic
 from core.options import parse_config
@@ -86,9 +86,29 @@ def join_process_group(timeout: timedelta | None = None) -> torch.device:
     device = torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timeout)
+    if dist.is_initialized():
+        return device
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        dist.init_process_group(backend, store=attempt_store(timeout or dist.constants.default_pg_timeout),
+                                rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
+    else:  # another launcher, or TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (several hosts): rank 0 serves the store
+        dist.init_process_group(backend, timeout=timeout)
     return device
+
+
+def attempt_store(timeout: timedelta) -> dist.Store:
+    """This torchrun attempt's part of the store torchrun's agent serves at MASTER_PORT.
+
+    The agent binds that port (any free one) and holds it before a worker starts, so two jobs on one
+    host never race for it, as they do where rank 0 binds a port the agent found free and let go
+    (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1). The store outlives a restart, though, and the keys of the
+    attempt before (the dead ranks' addresses) would send a restarted attempt's ranks to connect to
+    them, or hang (pytorch/pytorch#135712): each attempt keeps to the keys under its number. Every
+    rank counts the attempts alike where one agent restarts them all: on one host."""
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                          timeout=timeout)
+    return dist.PrefixStore(f"attempt_{os.environ['TORCHELASTIC_RESTART_COUNT']}", store)
 
 
 def wrap_ddp(policy: Policy, config: TrainConfig, device: torch.device) -> tuple[DistributedDataParallel, str, int]:
@@ -307,6 +327,7 @@ def one_line_errors(argv: list[str], run: Path) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    quiet_closed_pipes()
     config = parse_config(TrainConfig, __doc__, argv)
     try:
         # the lock outside: a refusal is no failure of these inputs for torchrun's restarts to remember

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from core.errors import fail, one_line
+from core.errors import fail, one_line, quiet_closed_pipes
 from core.untrusted import read_untrusted
 from train.checkpoint import LAST, TRAINING_STATE, Checkpoint, checkpoint_dir, missing_fields, run_directory
 from train.policies.policy import PolicySpec
@@ -116,6 +116,7 @@ def convert(path: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    quiet_closed_pipes()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", type=Path, help="a run directory or one old checkpoint file (step_*.pt)")
     args = parser.parse_args(argv)

@@ -39,7 +39,7 @@ if __name__ == "__main__":  # a torchrun restart of inputs that failed before en
 import torch  # noqa: E402
 import torch.distributed as dist
 
-from core.errors import fail, one_line, warn
+from core.errors import fail, one_line, quiet_closed_pipes, warn
 from core.lock import output_lock
 from core.options import parse_config
 from dataset import FleetStore
@@ -201,6 +201,7 @@ def run_distillation(config: DistillConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    quiet_closed_pipes()
     config = parse_config(DistillConfig, __doc__, argv)
     with output_lock(config.out, "train/distill.py"):  # outside one_line_errors, as in bc.py
         with one_line_errors(sys.argv[1:] if argv is None else argv, Path(config.out)):

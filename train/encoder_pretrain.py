@@ -46,7 +46,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 from torch import nn
 
-from core.errors import crash_point, fail, one_line, warn
+from core.errors import crash_point, fail, one_line, quiet_closed_pipes, warn
 from core.files import code_version, repo_relative, write_json_atomic
 from core.options import check_choices, check_options, parse_config
 from dataset import FleetStore
@@ -284,6 +284,7 @@ def load_encoders(policy: nn.Module, directory: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    quiet_closed_pipes()
     try:
         config = parse_config(EncoderPretrainConfig, __doc__, argv)
         description = pretrain(config)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from core.errors import fail
+from core.errors import fail, quiet_closed_pipes
 from core.lock import output_lock
 from train.checkpoint import load_policy
 from train.policies.policy import Normalizer, module_key
@@ -69,6 +69,7 @@ def export_lerobot_policy(checkpoint: Path, out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
+    quiet_closed_pipes()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", type=Path, help="a bc.py run directory, its checkpoints/last or a checkpoint file")
     parser.add_argument("out", type=Path, help="the pretrained_model directory to write (new or empty)")

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from core.cluster import dask_client
-from core.errors import fail
+from core.errors import fail, quiet_closed_pipes
 from core.lock import output_lock
 from core.files import code_version, repo_relative, write_json_atomic
 from core.options import parse_config
@@ -382,6 +382,7 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
 
 
 def main(argv: list[str] | None = None) -> None:
+    quiet_closed_pipes()
     config = parse_config(FederatedConfig, __doc__, argv)
     try:
         with output_lock(config.out, "train/federated.py"):

@@ -54,7 +54,7 @@ if __name__ == "__main__":  # a torchrun restart of inputs that failed before en
 import torch.distributed as dist  # noqa: E402
 
 from collect.config import CollectConfig
-from core.errors import crash_point, fail
+from core.errors import crash_point, fail, quiet_closed_pipes
 from core.lock import output_lock
 from core.files import repo_relative, write_json_atomic
 from core.options import check_choices, check_options, parse_config
@@ -337,6 +337,7 @@ def run_fleet_learning(config: FleetLearnConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    quiet_closed_pipes()
     config = parse_config(FleetLearnConfig, __doc__, argv)
     with output_lock(config.out, "train/fleet_learn.py"):  # outside one_line_errors, as in bc.py
         with one_line_errors(sys.argv[1:] if argv is None else argv, Path(config.out)):

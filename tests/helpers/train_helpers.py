@@ -20,7 +20,11 @@ def train_command(*arguments, ranks: int = 1, launcher_options: tuple[str, ...] 
 
 
 def train_env() -> dict:
-    return {**subprocess_env(), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    """The environment of a training process: torchrun's agent serves the store at a port it holds from the
+    start, so jobs that run at once never race for one (train/bc.py's ``attempt_store``)."""
+    env = subprocess_env()
+    env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
+    return env
 
 
 def train(*arguments, ranks: int = 1, script: str = "bc.py") -> subprocess.CompletedProcess:
