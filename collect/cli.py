@@ -47,11 +47,12 @@ def repair(config: CollectConfig) -> None:
     """``collect --repair STORE``: print what verify finds in STORE, recollect the damaged robots, and say
     what remains (exit 1) or that the store is OK."""
     store = open_store(config.repair)
-    found = print_problems(store, progress=not config.quiet)
+    found = print_problems(store, progress=not config.quiet, given_task=config.task)
     problems = [problem for problem in found if not problem.note]
     if problems:
         try:
-            report = repair_store(store.path, workers=config.workers, quiet=config.quiet, problems=found)
+            report = repair_store(store.path, workers=config.workers, quiet=config.quiet, problems=found,
+                                  given_task=config.task)
         except ValueError as error:
             fail(str(error))
         print(f"repaired: recollected robots {', '.join(map(str, report.robots))} ({report.episodes} episodes) "

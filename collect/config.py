@@ -16,7 +16,9 @@ DATA_FIELDS = ("task", "seed", "cameras", "image_size", "keep_failures")
 class CollectConfig:
     robots: int = field(default=10, metadata={"help": "fleet size: robots 0..N-1 of the fleet seed"})
     episodes: int = field(default=20, metadata={"help": "episodes attempted per robot"})
-    task: str = field(default="pick_place", metadata={"help": "task name, env id or module:attr plug-in reference"})
+    task: str = field(default="pick_place", metadata={
+        "help": "task name, env id or module:attr plug-in reference (with --repair: the plug-in reference the store "
+                "names, which is imported only when given here)"})
     out: str = field(default="data/fleet", metadata={"help": "output directory, one zarr store per robot"})
     seed: int = field(default=0, metadata={"help": "fleet seed: fixes the robots and every episode seed"})
     cameras: tuple[str, ...] = field(default=(), metadata={"help": "cameras to record, e.g. front wrist"})

@@ -34,6 +34,7 @@ from dataset.fleet_store import FleetStore
 from dataset.manifest import MANIFEST, REPAIR_DIR, REPAIR_JOURNAL, robot_entry
 from dataset.shard import store_name
 from dataset.verify import Problem, under_repair, verify_shard, verify_store
+from sim.tasks import recorded_task
 
 ASIDE = REPAIR_DIR
 
@@ -71,13 +72,14 @@ def _record(store: FleetStore, robot: int, problems: list[Problem], episodes: in
 
 
 def repair_store(path: str | Path, workers: int = 1, quiet: bool = False,
-                 problems: list[Problem] | None = None) -> RepairReport:
+                 problems: list[Problem] | None = None, given_task: str | None = None) -> RepairReport:
     """Recollect the damaged robots of the collection at ``path`` (see the module docstring).
 
     ``problems`` are what ``verify_store`` has just found there (else it runs here). Raises
     ``ValueError`` where the damage cannot be repaired from seeds (no manifest, a collection not
     made by ``collect``, problems outside any robot's store) and where a recollection differs
-    from the original. The report's ``remaining`` holds what verify still finds: any of it in a
+    from the original, and where the manifest names a plug-in task that ``given_task`` (the user's
+    ``--task``) does not (``sim.tasks.recorded_task``). The report's ``remaining`` holds what verify still finds: any of it in a
     repaired robot's store leaves the journal in place, for the next repair to carry on.
     """
     path = Path(path)
@@ -85,10 +87,11 @@ def repair_store(path: str | Path, workers: int = 1, quiet: bool = False,
     manifest = store.manifest
     if manifest is None or not manifest.get("collect_config"):
         raise ValueError(f"{path} has no {MANIFEST} written by collect: its episodes cannot be recollected")
-    problems = verify_store(store, progress=not quiet) if problems is None else problems
+    config = _config(path, manifest, workers, quiet)
+    recorded_task(config.task, given_task, f"{path / MANIFEST}")
+    problems = verify_store(store, progress=not quiet, given_task=given_task) if problems is None else problems
     if store_level := [problem for problem in problems if problem.shard is None and not problem.note]:
         raise ValueError(f"cannot repair {path}: {store_level[0]}")
-    config = _config(path, manifest, workers, quiet)
     records = dict(store.repairing)
     for robot in damaged_robots(problems):
         records.setdefault(robot, _record(store, robot, problems, config.episodes))
@@ -110,7 +113,8 @@ def repair_store(path: str | Path, workers: int = 1, quiet: bool = False,
         raise
     repaired = FleetStore.open(path)
     journal_problems = under_repair(repaired)
-    remaining = [problem for problem in verify_store(repaired) if problem not in journal_problems]
+    remaining = [problem for problem in verify_store(repaired, given_task=given_task)
+                 if problem not in journal_problems]
     report = RepairReport(sorted(records), sum(repaired.num_episodes_of(robot) for robot in records
                                                if robot in repaired.shards), remaining)
     if set(damaged_robots(remaining)) & set(records):  # the journal stays: the next repair carries on

@@ -48,16 +48,6 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
-def shortened(text: str, limit: int = 200) -> str:
-    """``text`` cut to at most ``limit`` characters at a word boundary, with ``...`` where it was cut
-    (mid-word only where the word cut would be more than half of what is kept: a long path, say)."""
-    if len(text) <= limit:
-        return text
-    cut = text[:limit - 3]
-    words = cut.rsplit(" ", 1)[0]
-    return (words if len(words) >= len(cut) // 2 else cut).rstrip(" ,;:") + "..."
-
-
 def quiet_closed_pipes() -> None:
     """Let this command outlive a reader that stops reading its stdout or stderr (``collect ... | head -1``):
     every command's ``main`` calls this first.
@@ -104,6 +94,16 @@ class _ReaderMayLeave:
         os.dup2(devnull, self._stream.fileno())
         os.close(devnull)
         self._stream.flush()  # what the closed pipe refused, to /dev/null
+
+
+def shortened(text: str, limit: int = 200) -> str:
+    """``text`` cut to at most ``limit`` characters at a word boundary, with ``...`` where it was cut
+    (mid-word only where the word cut would be more than half of what is kept: a long path, say)."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 3]
+    words = cut.rsplit(" ", 1)[0]
+    return (words if len(words) >= len(cut) // 2 else cut).rstrip(" ,;:") + "..."
 
 
 def one_line(error: BaseException, limit: int = 200) -> str:

@@ -49,6 +49,9 @@ class VerifyConfig:
 
     store: str = field(metadata=STORE)
     quick: bool = field(default=False, metadata={"help": "check structure and metadata only, not every chunk"})
+    task: str | None = field(default=None, metadata={
+        "help": "the plug-in task (module:attr) the store names, to import it for its bounds: a store's manifest "
+                "names code, and only what you name here is imported (registered tasks need nothing)"})
     repair: bool = field(default=False, metadata={"help": "moved: `collect --repair STORE` recollects damaged robots"})
 
 
@@ -172,15 +175,16 @@ def verify(config: VerifyConfig) -> None:
     if config.repair:
         fail(f"`dataset verify --repair` moved to collect: run `collect --repair {config.store}`")
     store = open_store(config.store)
-    found = print_problems(store, check_data=not config.quick, progress=True)
+    found = print_problems(store, check_data=not config.quick, progress=True, given_task=config.task)
     report_verdict(store, [problem for problem in found if not problem.note])
 
 
-def print_problems(store: FleetStore, check_data: bool = True, progress: bool = True) -> list:
+def print_problems(store: FleetStore, check_data: bool = True, progress: bool = True,
+                   given_task: str | None = None) -> list:
     """Verify ``store`` (``dataset.verify.verify_store``, notes included) and print what it finds, one a line."""
     from dataset.verify import verify_store  # it loads the task (and mujoco) to check values: info does not
 
-    found = verify_store(store, check_data=check_data, progress=progress, notes=True)
+    found = verify_store(store, check_data=check_data, progress=progress, notes=True, given_task=given_task)
     for problem in found:
         print(problem)
     return found

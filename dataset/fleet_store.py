@@ -84,6 +84,26 @@ class FleetStore:
                 if shard.num_episodes < listed.get(str(robot_id), {}).get("episodes", 0)]
 
     @property
+    def foreign_robots(self) -> dict[int, str]:
+        """Robots whose own store belongs to another collection than the manifest says (robot id -> what
+        differs): another task, seed or data setting, as two collections written into one directory leave.
+
+        This is damage: their episodes are not the collection the manifest describes.
+        """
+        if self.manifest is None:
+            return {}
+        task, data = (self.manifest.get("task") or {}).get("name"), self.manifest.get("data_config") or {}
+        foreign = {}
+        for robot_id, shard in self.shards.items():
+            attrs = shard.group.attrs
+            own = {"task": attrs.get("task", task), **dict(attrs.get("data_config") or {})}
+            for key, value in {"task": task, **data}.items():
+                if key in own and own[key] != value:
+                    foreign[robot_id] = f"its own {key} is {own[key]!r}, {MANIFEST}'s {value!r}"
+                    break
+        return foreign
+
+    @property
     def num_episodes(self) -> int:
         return sum(shard.num_episodes for shard in self.shards.values())
 

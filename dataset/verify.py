@@ -42,7 +42,7 @@ from dataset.manifest import MANIFEST, REPAIR_DIR
 from dataset.shard import (META_FIELDS, SCHEMA_VERSION, Shard, committed_count, run_async, run_concurrently,
                            storage_dtype, store_name)
 from sim.fleet import RobotProfile
-from sim.tasks import resolve_task
+from sim.tasks import recorded_task
 
 REQUIRED_ATTRS = ("schema_version", "task", "fps", "profile", "features")
 READ_BATCH_BYTES = 64 * 2**20  # decoded bytes read at once per array
@@ -67,15 +67,22 @@ class Problem:
 Bounds = dict[str, tuple[np.ndarray, np.ndarray]]  # feature -> (low, high) per dimension
 
 
-def declared_bounds(store: FleetStore) -> tuple[Bounds, list[Problem]]:
-    """The float features' bounds from the spaces of the store's task env, and a note where there are none."""
+def declared_bounds(store: FleetStore, given_task: str | None = None) -> tuple[Bounds, list[Problem]]:
+    """The float features' bounds from the spaces of the store's task env, and a note where there are none.
+
+    The manifest names the task; a plug-in ``module:attr`` it names is imported only when the
+    user gave the same reference (``given_task``, ``sim.tasks.recorded_task``)."""
     manifest = store.manifest or {}
     task = manifest.get("data_config", {}).get("task") or (manifest.get("task") or {}).get("name")
     if task is None or not store.shards:
         return {}, []
     try:
+        spec = recorded_task(task, given_task, f"{store.path / MANIFEST}")
+    except ValueError as error:  # an unknown task, or a plug-in the user did not name
+        return {}, [Problem(None, None, f"values not checked against bounds: {error}", note=True)]
+    try:
         shard = next(iter(store.shards.values()))
-        env = resolve_task(task).make_env(RobotProfile.from_dict(dict(shard.group.attrs["profile"])))
+        env = spec.make_env(RobotProfile.from_dict(dict(shard.group.attrs["profile"])))
     except Exception as error:  # a plug-in module that is not importable, an env that cannot be made
         return {}, [Problem(None, None, f"values not checked against bounds: cannot make task {task!r}'s env "
                                         f"({one_line(error)})", note=True)]
@@ -86,22 +93,25 @@ def declared_bounds(store: FleetStore) -> tuple[Bounds, list[Problem]]:
 
 
 def verify_store(store: FleetStore, check_data: bool = True, progress: bool = False,
-                 notes: bool = False) -> list[Problem]:
+                 notes: bool = False, given_task: str | None = None) -> list[Problem]:
     """Every problem found in ``store``, store-level ones first; empty when all is well.
 
     ``check_data=False`` skips decoding the data arrays: attrs, structure, meta arrays and
     chunk presence only. ``notes=True`` adds what is not damage (arrays without checksums,
     bounds left unchecked). Shards are checked in parallel on dask's threaded scheduler, or
     on the one dask's config names (``dask.config.set(scheduler=...)``, a distributed
-    ``Client``); ``progress=True`` shows a tqdm bar of shards.
+    ``Client``); ``progress=True`` shows a tqdm bar of shards. ``given_task`` is the user's
+    ``--task``, which a plug-in task the manifest names needs for its bounds (``declared_bounds``).
     """
-    bounds, problems = declared_bounds(store)
+    bounds, problems = declared_bounds(store, given_task)
     if store.manifest is None:
         problems.append(Problem(None, None, f"{store.path}: no {MANIFEST}"))
     problems.extend(under_repair(store))
     for robot_id in store.missing_robots:
         if robot_id not in store.repairing:
             problems.append(Problem(store_name(robot_id), None, f"listed in {MANIFEST} but missing"))
+    for robot_id, difference in store.foreign_robots.items():
+        problems.append(Problem(store_name(robot_id), None, f"belongs to another collection: {difference}"))
     tasks = [dask.delayed(verify_shard, pure=False)(shard, store.manifest, check_data, bounds)
              for shard in store.shards.values() if shard.robot_id not in store.repairing]
     with TqdmCallback(desc="verify", unit="shard", tqdm_class=progress_bar) if progress else contextlib.nullcontext():

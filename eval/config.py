@@ -20,7 +20,9 @@ class EvalConfig:
     episode_offset: int = field(default=0, metadata={
         "help": "first held-out episode index per robot: a range past the reported one (e.g. 1000) tunes "
                 "settings such as --n-action-steps without touching the seeds a result is reported on"})
-    task: str | None = field(default=None, metadata={"help": "task (default: the checkpoint's; checked against it)"})
+    task: str | None = field(default=None, metadata={
+        "help": "task (default: the checkpoint's; checked against it). A plug-in module:attr the checkpoint names is "
+                "imported only when given here: a file names code, only your command line imports it"})
     seed: int | None = field(default=None, metadata={
         "help": "fleet seed (default: the training collection's, so robot k is the robot trained on)"})
     expert: bool = field(default=False, metadata={"help": "evaluate the scripted expert instead of the policy"})

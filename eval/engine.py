@@ -5,11 +5,16 @@ worker processes by default, any cluster with ``--scheduler``. A task that raise
 retried, and dask reschedules the task of a worker that dies; a robot's episodes are
 a pure function of its seeds, so a rerun gives the same records. With a remote
 cluster, the checkpoint and EVAL must be on a filesystem the workers share.
+
+The workers load a copy of the checkpoint that the evaluation read and verified, written in
+its staging folder (``eval.plan.pin_checkpoint``): a training run may prune its old
+checkpoints while one of them is evaluated.
 """
 
 from __future__ import annotations
 
 import importlib
+import shutil
 import time
 from pathlib import Path
 
@@ -21,7 +26,7 @@ from core.files import code_version
 from core.progress import progress_bar
 from eval.config import EvalConfig
 from eval.output import publish, staging, write_outputs
-from eval.plan import EvalPlan, make_plan
+from eval.plan import PINNED_CHECKPOINT, EvalPlan, make_plan, pin_checkpoint
 from eval.report import comparison, evaluation_tables
 from eval.rollout import RobotJob, evaluate_robot
 from eval.video import pick_video_episodes
@@ -73,7 +78,9 @@ def run_evaluation(config: EvalConfig) -> dict:
     plan = make_plan(config)
     out = Path(config.out)
     with staging(out, config.overwrite) as directory:
-        records, eval_s = run_jobs(config, make_jobs(config, plan, directory / "videos"))
+        pinned = pin_checkpoint(plan, directory)
+        records, eval_s = run_jobs(config, make_jobs(config, pinned, directory / "videos"))
+        shutil.rmtree(directory / PINNED_CHECKPOINT, ignore_errors=True)
         by_agent = {agent: [r for r in records if r["agent"] == agent] for agent in config.agents}
         main = config.agents[0]
         info = {"agent": main, "task": plan.task_name, **evaluation_tables(by_agent[main], eval_s, len(records))}

@@ -15,6 +15,7 @@ actually holds (``meta/episode_seed``), and one that was trained on is skipped.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,11 +30,12 @@ from dataset.schema import features_of
 from eval.config import EvalConfig
 from eval.lerobot_policy import LeRobotAgent, describe_lerobot_policy, is_lerobot_pretrained
 from sim.fleet import RobotProfile, episode_seed, make_robot
-from sim.tasks import resolve_task
+from sim.tasks import recorded_task, resolve_task
 from train.checkpoint import Checkpoint, open_checkpoint
 from train.policies.policy import PolicySpec
 
 SEED_STREAM = "evaluate"
+PINNED_CHECKPOINT = ".checkpoint"  # in the staging folder: the workers' copy, removed before the output is published
 
 
 @dataclass
@@ -51,6 +53,7 @@ class EvalPlan:
     seeds: dict[int, list[int]]  # robot id -> its episodes' seeds
     training_robots: list[int] | None  # robots it trained on (collection and rounds), when they are on disk
     held_out: str  # how the seeds are known to be held out
+    loaded: Checkpoint | None = None  # the checkpoint as read and verified, which the workers' copy is made of
 
     def to_dict(self) -> dict:
         """The resolved facts recorded in eval_info.json."""
@@ -60,6 +63,15 @@ class EvalPlan:
                 "robot_ids": [p.robot_id for p in self.robots], "training_robots": self.training_robots,
                 "unseen_robots": None if self.training_robots is None else
                 [p.robot_id for p in self.robots if p.robot_id not in set(self.training_robots)]}
+
+
+def pin_checkpoint(plan: EvalPlan, directory: Path) -> EvalPlan:
+    """The plan with its checkpoint written, as read and verified, into ``directory`` (the run's staging
+    folder), for the workers to load: a training run pruning its old checkpoints cannot pull the one being
+    evaluated away. A LeRobot policy stays where it is (no RoboFleet run prunes it)."""
+    if plan.loaded is None or plan.loaded.format != "robofleet":
+        return plan
+    return dataclasses.replace(plan, checkpoint=str(plan.loaded.write(directory / PINNED_CHECKPOINT)))
 
 
 def _load(path: str, n_action_steps: int | None = None, max_parameters: int | None = None) -> Checkpoint:
@@ -102,12 +114,10 @@ def _task(config: EvalConfig, checkpoint: Checkpoint | None):
         where = ("the LeRobot policy does not name its task (it was not trained on a `dataset export-lerobot` export)"
                  if lerobot else "the checkpoint does not name its task")
         raise ValueError(f"{where}: give --task")
-    try:
-        spec = resolve_task(reference)
-    except ValueError as error:
-        hint = ("" if config.task else " (the checkpoint's task: put its module on PYTHONPATH)" if ":" in reference
-                else " (a plug-in task: give --task module:attr)")
-        raise ValueError(f"{error}{hint}") from None
+    if config.task:
+        spec = resolve_task(config.task)
+    else:
+        spec = recorded_task(reference, None, f"the checkpoint {checkpoint.path}")
     if checkpoint is not None and trained_on.get("name") not in (None, spec.name):
         raise ValueError(f"the checkpoint was trained on task {trained_on['name']!r}, not {spec.name!r}")
     return reference, spec
@@ -265,4 +275,4 @@ def make_plan(config: EvalConfig) -> EvalPlan:
                     cameras=cameras, image_size=image_size, fps=fps, fleet_seed=fleet_seed, seeds_from=seeds_from,
                     robots=robots, seeds=seeds,
                     training_robots=training_robots(checkpoint, store, fleet_seed) if same_fleet else None,
-                    held_out=held_out)
+                    held_out=held_out, loaded=checkpoint)

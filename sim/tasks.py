@@ -7,11 +7,18 @@ without editing this package, in either of two ways:
 
 - an entry point in the group ``robofleet.tasks`` whose object is a ``TaskSpec``
   (the entry point's name becomes the task name), or
-- a ``module:attr`` reference, accepted wherever a task name is, to a ``TaskSpec``.
+- a ``module:attr`` reference to a ``TaskSpec``, accepted wherever the user names a task.
 
-Wherever a task is named, ``resolve_task`` accepts a short name (``pick_place``),
+Wherever the user names a task, ``resolve_task`` accepts a short name (``pick_place``),
 a registered env id (``robofleet/PickPlace-v0``), an entry-point name, or a
 ``module:attr`` reference.
+
+**Files name tasks; only the user imports code.** A checkpoint, a store manifest or an
+export records the task it was made on, and a file can say anything: a ``module:attr``
+reference read from one would import whatever module it names. So a task read from a file
+goes through ``recorded_task``, which accepts registered tasks and installed entry points,
+and imports a ``module:attr`` reference only when the user gave the same reference on the
+command line (``--task``).
 """
 
 from __future__ import annotations
@@ -100,8 +107,31 @@ def available_tasks() -> list[str]:
     return sorted({*BUILTIN_TASKS, *plugin_tasks()})
 
 
+def is_registered(name: str) -> bool:
+    """Whether ``name`` is a built-in task, its env id, or an installed entry point: a task whose code
+    the user chose by installing it, which a file may name."""
+    return (name in BUILTIN_TASKS or any(name == spec.env_id for spec in BUILTIN_TASKS.values())
+            or name in plugin_tasks())
+
+
+def recorded_task(reference: str, given: str | None, where: str) -> TaskSpec:
+    """The ``TaskSpec`` of the task a file names (``where``: which file, for the message).
+
+    A registered task or installed entry point resolves. A ``module:attr`` reference is imported
+    only when ``given`` (the user's ``--task``) is the same reference; otherwise a one-line
+    ``ValueError`` names the flag, and nothing is imported.
+    """
+    if not isinstance(reference, str) or not reference:
+        raise ValueError(f"{where} names no task")
+    if ":" in reference and not is_registered(reference) and reference != given:
+        raise ValueError(f"{where} names the plug-in task {reference!r}, which would import code: "
+                         f"RoboFleet imports only what you name, so pass --task {reference} if you trust it")
+    return resolve_task(reference)
+
+
 def resolve_task(name: str | TaskSpec) -> TaskSpec:
-    """The ``TaskSpec`` for a short name, env id, entry-point name or ``module:attr``."""
+    """The ``TaskSpec`` for a name the user gave: a short name, env id, entry-point name or ``module:attr``
+    (a task read from a file goes through ``recorded_task``)."""
     if isinstance(name, TaskSpec):
         return name
     if name in BUILTIN_TASKS:

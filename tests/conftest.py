@@ -1,6 +1,7 @@
 import sim  # noqa: F401  (first: selects headless MuJoCo rendering before any test imports mujoco)
 
 import shutil
+import sys
 
 import pytest
 
@@ -18,6 +19,16 @@ def pytest_collection_modifyitems(items):
     if not torch.cuda.is_available():
         for item in gpu_tests:
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+
+
+@pytest.fixture
+def planted_module(tmp_path, monkeypatch):
+    """A module ``planted`` on the path whose import writes a marker file (the marker's path is returned)."""
+    marker = tmp_path / "imported"
+    (tmp_path / "planted.py").write_text(f"open({str(marker)!r}, 'w').close()\nTASK = None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield marker
+    sys.modules.pop("planted", None)
 
 
 @pytest.fixture(scope="session")

@@ -49,6 +49,7 @@ from train.checkpoint import latest_checkpoint
 from train.comm.comm_hooks import register_comm_hook
 from train.config import OptimConfig, TrainConfig
 from train.data import Labeller, StoreActions, training_data
+from train.identity import collections_trained_on
 from train.monitor import Monitor, StepTimer, sync_efficiency
 from train.policies.policy import Policy, make_policy
 from train.state import TrainingState, check_amp, resume_from
@@ -252,7 +253,9 @@ def run_training(config: TrainConfig, labeller: Labeller | None = None, until: i
         about = {"spec": data.spec, "stats": data.stats, "features": data.store.features, "config": resolved,
                  "task": (data.store.manifest or {}).get("task"), "data": repo_relative(data.store.path),
                  "more_data": [repo_relative(store.path) for store in labeller.stores],
-                 "identity": data.identity, "code_version": code_version()}  # what every checkpoint describes
+                 "identity": data.identity, "code_version": code_version(),  # what every checkpoint describes
+                 "collections": collections_trained_on(resumed.collections if resumed else [],
+                                                       repo_relative(data.store.path), data.identity)}
 
         threads.refresh(force=True)  # the other ranks have registered by now: the start line counts them
         if master:

@@ -56,6 +56,7 @@ LAST = "last"
 WEIGHTS, DESCRIPTION, TRAINING_STATE = "model.safetensors", "checkpoint.json", "training_state.pt"
 FORMAT = "robofleet-checkpoint-2"
 PERSONAL = "personal."
+WALKS = 5  # how often newest_intact_checkpoint walks back through a run whose checkpoints vanish as they are read
 MAX_DESCRIPTION = 64 * 2**20  # bytes of checkpoint.json: statistics and config, never this much
 REQUIRED = {"format": str, "policy_spec": dict, "stats": dict, "features": dict, "step": int, "files": dict}
 State = dict[str, torch.Tensor]
@@ -120,6 +121,7 @@ class Checkpoint:
     data: str | None = None  # the training collection, relative to the repository
     more_data: list[str] = field(default_factory=list)  # stores it also trained on (fleet learning's rounds)
     identity: dict | None = None  # what the run was trained on (train/identity.py)
+    collections: list[dict] = field(default_factory=list)  # every collection it trained on, in order: data, identity
     code_version: str | None = None
     personal: dict[int, State] = field(default_factory=dict)  # robot id -> the weights it keeps to itself
     training: dict | None = None
@@ -159,7 +161,8 @@ class Checkpoint:
                 "stats": {name: {k: np.asarray(v).tolist() for k, v in values.items()}
                           for name, values in self.stats.items()},
                 "features": self.features, "task": self.task, "config": self.config, "data": self.data,
-                "more_data": self.more_data, "identity": self.identity, "code_version": self.code_version,
+                "more_data": self.more_data, "identity": self.identity, "collections": self.collections,
+                "code_version": self.code_version,
                 "personal_robots": sorted(self.personal)}
 
     def write(self, directory: Path) -> Path:
@@ -231,7 +234,7 @@ class Checkpoint:
                    features=description["features"], step=description["step"], task=description.get("task"),
                    epoch=description.get("epoch", 0), config=description.get("config") or {},
                    data=description.get("data"), more_data=_paths(description.get("more_data"), directory),
-                   identity=description.get("identity"),
+                   identity=description.get("identity"), collections=_collections(description, directory),
                    code_version=description.get("code_version"), training=state, path=directory.resolve())
 
     def save(self, run: Path, keep: int = 3) -> Path:
@@ -258,6 +261,16 @@ def _paths(value, directory: Path) -> list[str]:
         return []
     if not isinstance(value, list) or not all(isinstance(path, str) for path in value):
         raise ValueError(f"{directory / DESCRIPTION} is damaged: its more_data is not a list of paths")
+    return value
+
+
+def _collections(description: dict, directory: Path) -> list[dict]:
+    """checkpoint.json's ``collections``; for a checkpoint written before it, the one collection it records."""
+    value = description.get("collections")
+    if value is None:
+        return [{"data": description["data"], "identity": description.get("identity")}] if description.get("data") else []
+    if not isinstance(value, list) or not all(isinstance(entry, dict) for entry in value):
+        raise ValueError(f"{directory / DESCRIPTION} is damaged: its collections are not a list of records")
     return value
 
 
@@ -297,6 +310,25 @@ def latest_checkpoint(run: Path) -> Path | None:
     return last.resolve() if last.exists() else None
 
 
+def _walk_back(run: Path, training: bool) -> tuple[Checkpoint | None, list[str], bool]:
+    """``newest_intact_checkpoint``'s walk once: the checkpoint found (or None), why each one before it was
+    skipped, and whether one vanished as it was read."""
+    candidates = sorted(_step_directories(run), reverse=True)
+    last = latest_checkpoint(run)
+    if last is not None:  # a later one: written but not yet pointed at, or abandoned and not yet pruned
+        candidates = [path for path in candidates if path.name <= last.name]
+    skipped, vanished = [], False
+    for path in candidates:
+        try:
+            return Checkpoint.read(path, training), skipped, vanished
+        except ValueError as error:
+            if not path.exists():  # pruned by its training run while it was read
+                vanished = True
+                continue
+            skipped.append(str(error))
+    return None, skipped, vanished
+
+
 def newest_intact_checkpoint(run: Path, training: bool = False, quiet: bool = False) -> Checkpoint | None:
     """The newest checkpoint of ``run`` that ``Checkpoint.read`` accepts; None without any.
 
@@ -305,21 +337,16 @@ def newest_intact_checkpoint(run: Path, training: bool = False, quiet: bool = Fa
     skipped (unless ``quiet``). Where every checkpoint is broken, a ``ValueError`` says so in
     one line; a run holding only old-format checkpoints is refused with the conversion
     command. The walk depends only on the files, which no rank changes before every rank has
-    loaded, so all ranks of a job pick the same one.
+    loaded, so all ranks of a job pick the same one. A checkpoint that a training run prunes
+    while it is read is gone, not broken: where the walk found none for that, it walks again.
     """
-    candidates = sorted(_step_directories(run), reverse=True)
-    if not candidates and any(checkpoint_dir(run).glob("step_*.pt")):
+    if not _step_directories(run) and any(checkpoint_dir(run).glob("step_*.pt")):
         raise _old_format(Path(run))
-    last = latest_checkpoint(run)
-    if last is not None:  # a later one: written but not yet pointed at, or abandoned and not yet pruned
-        candidates = [path for path in candidates if path.name <= last.name]
-    skipped = []
-    for path in candidates:
-        try:
-            checkpoint = Checkpoint.read(path, training)
-        except ValueError as error:
-            skipped.append(str(error))
-            continue
+    for _ in range(WALKS):
+        checkpoint, skipped, vanished = _walk_back(run, training)
+        if checkpoint is not None or not vanished:
+            break
+    if checkpoint is not None:
         if not quiet:
             for reason in skipped:
                 warn(f"skipped a broken checkpoint: {reason}")

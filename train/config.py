@@ -143,6 +143,15 @@ class TrainConfig:
         check_output_directory(self.out)
 
 
+def plugin_task_option():
+    """The ``--task`` field of the commands that run the task their store names (distill.py's DAgger rounds,
+    fleet_learn.py's deployments): a store's manifest names code, and only the user's command line imports it
+    (``sim.tasks.recorded_task``)."""
+    return field(default=None, metadata={
+        "help": "the plug-in task (module:attr) the --data store names, to import it: a store names code, and "
+                "only what you name here is imported (registered tasks need nothing)"})
+
+
 def flat_options(saved: dict) -> dict:
     """A saved config (``asdict`` of one, from JSON) by option name: each group's fields in its place.
     A config saved before the groups is flat already and comes back as it is."""

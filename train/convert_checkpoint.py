@@ -29,6 +29,7 @@ import torch
 
 from core.errors import fail, one_line, quiet_closed_pipes
 from core.untrusted import read_untrusted
+from sim.tasks import is_registered
 from train.checkpoint import LAST, TRAINING_STATE, Checkpoint, checkpoint_dir, missing_fields, run_directory
 from train.policies.policy import PolicySpec
 
@@ -61,6 +62,18 @@ def _numpy_rng(state) -> list:
     return [name, np.asarray(keys).tolist(), position, has_gauss, cached]
 
 
+def registered_task(task) -> dict | None:
+    """The old file's task record without a ``module:attr`` reference (code the file would have evaluate import):
+    a plug-in task is named again with ``evaluate --task`` (sim/tasks.py ``recorded_task``)."""
+    if not isinstance(task, dict):
+        return None
+    kept = {key: task[key] for key in ("name", "env_id") if isinstance(task.get(key), str)}
+    reference = task.get("reference")
+    if isinstance(reference, str) and is_registered(reference):
+        kept["reference"] = reference
+    return kept or None
+
+
 def converted(content: dict) -> Checkpoint:
     """The old content as a ``Checkpoint``, with its resume state where it has one."""
     training = {key: content[key] for key in ("optimizer", "scheduler", "rng", "ema", "scaler", "federated")
@@ -69,7 +82,7 @@ def converted(content: dict) -> Checkpoint:
         training["rng"] = {**training["rng"], "numpy": _numpy_rng(training["rng"]["numpy"])}
     return Checkpoint(spec=PolicySpec.from_dict(content["policy_spec"]), weights=dict(content["model"]),
                       stats=content["stats"], features=content["features"], step=content["step"],
-                      task=content.get("task"), epoch=content.get("epoch", 0), config=content.get("config") or {},
+                      task=registered_task(content.get("task")), epoch=content.get("epoch", 0), config=content.get("config") or {},
                       data=content.get("data"), code_version=content.get("code_version"),
                       personal={int(robot): dict(state) for robot, state in content.get("personal", {}).items()},
                       training=training or None)

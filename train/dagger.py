@@ -64,19 +64,23 @@ def collect_round(run: Path, round: int, teacher: str, store: FleetStore, robots
     """Roll the student of ``run`` (its latest checkpoint, kept as the round's ``round_N_student``) out for
     ``episodes`` on each of ``robots`` (robots of ``store``, the fleet it trained on) and write the
     teacher-labelled episodes to the round's store.
-    Resumable: a rerun keeps the round's student and collects only the missing episodes."""
+    The teacher's checkpoint is kept too, as ``round_N_teacher``: the workers load that copy, which a
+    teacher still training cannot prune away.
+    Resumable: a rerun keeps the round's student and teacher and collects only the missing episodes."""
     out = round_directory(run, round)
-    student = out.parent / f"round_{round}_student"
+    student, pinned_teacher = (out.parent / f"round_{round}_{role}" for role in ("student", "teacher"))
+    out.parent.mkdir(parents=True, exist_ok=True)
     if not student.exists():  # the student that drives this round, whatever trains later
-        out.parent.mkdir(parents=True, exist_ok=True)
         open_checkpoint(latest_checkpoint(run)).write(student)
+    if not pinned_teacher.exists():
+        open_checkpoint(Path(teacher)).write(pinned_teacher)
     data = store.manifest["data_config"]
     config = CollectConfig(robots=max(robots) + 1, episodes=episodes, task=store.manifest["task"]["reference"],
                            out=str(out), seed=data["seed"], cameras=tuple(data["cameras"]),
                            image_size=data["image_size"], keep_failures=True, workers=workers, quiet=quiet)
     lineage = {"source": "dagger", "round": round, "teacher": teacher, "student": str(student),
                "trained_on": str(store.path)}
-    actor = Actor(DaggerAgents(str(student), teacher), seed_stream="dagger", seed_round=round, lineage=lineage)
+    actor = Actor(DaggerAgents(str(student), str(pinned_teacher)), seed_stream="dagger", seed_round=round, lineage=lineage)
     summary = run_collection(config, robot_episodes={robot: episodes for robot in robots}, actor=actor)
     if not quiet:
         print(f"DAgger round {round}: {summary.episodes} episodes by the student, labelled by the teacher, "

@@ -60,6 +60,10 @@ def open_training_store(config: DataConfig | FederatedConfig, quiet: bool = Fals
         warn(f"{missing_stores(store)}; training on the other {len(store.robots)} (--allow-missing-robots)")
     if damaged := [shard for shard in store.shards.values() if shard.unreadable]:
         fail(f"{damaged[0].path.name}: {damaged[0].unreadable}; run `collect --repair {store.path}`")
+    if foreign := store.foreign_robots:
+        robot = next(iter(foreign))
+        fail(f"{store.shards[robot].path.name} belongs to another collection than {store.path}'s {MANIFEST}: "
+             f"{foreign[robot]}; run `collect --repair {store.path}` to recollect it from the manifest's seeds")
     if short := store.short_robots:
         shard, recorded = store.shards[short[0]], store.manifest["robots"][str(short[0])]["episodes"]
         fail(f"{shard.path.name} shows {shard.num_episodes} committed episodes, {MANIFEST} records {recorded}: "
@@ -133,14 +137,19 @@ def shared_stats(store: FleetStore, master: bool) -> dict[str, dict[str, np.ndar
     return stats if master else fleet_stats(store)
 
 
+def selected_episodes(store: FleetStore, options: DataConfig) -> list[EpisodeRef]:
+    """The episodes of ``store`` a run trains on: those ``--robots``, ``--sites`` and ``--episodes-per-robot`` keep."""
+    return select_episodes(store, robots=options.robots or None, sites=options.sites or None,
+                           per_robot=options.episodes_per_robot or None)
+
+
 def training_data(config: TrainConfig, labeller: Labeller, master: bool) -> TrainingData:
     """The store, episodes, policy spec and loaders of a train/bc.py run; a one-line ``ValueError`` (or
     ``DataError``) where the data cannot be trained on or the policy's options do not fit it."""
     options = config.data
     store = open_training_store(options, quiet=not master)
     stats = shared_stats(store, master)
-    episodes = select_episodes(store, robots=options.robots or None, sites=options.sites or None,
-                               per_robot=options.episodes_per_robot or None)
+    episodes = selected_episodes(store, options)
     # the labeller's episodes are in its stores, numbered after --data's
     episodes += [dataclasses.replace(episode, store=episode.store + 1) for episode in labeller.episodes()]
     train_episodes, val_episodes = split_episodes(episodes, options.val_fraction, seed=config.seed)

@@ -25,6 +25,7 @@ the same command carries on where it stopped, in training as in the rounds.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -45,15 +46,18 @@ from core.options import parse_config
 from dataset import FleetStore
 from dataset.chunks import DataError
 from dataset.episodes import EpisodeRef, select_episodes
+from dataset.manifest import MANIFEST
 from dataset.stats import fleet_stats
 from dataset.windows import WindowSpec
+from sim.tasks import recorded_task
 from train.bc import join_process_group, one_line_errors, run_training
 from train.checkpoint import load_policy
-from train.config import TrainConfig
+from train.config import TrainConfig, plugin_task_option
 from train.dagger import collect_round, round_directory
 from train.data import open_training_store
 from train.policies.options import PolicyOptions
 from train.policies.policy import Policy, PolicySpec, make_policy, policy_spec
+from train.state import check_resumable
 
 ROUND_TIMEOUT = timedelta(hours=2)  # how long the other ranks wait for rank 0's DAgger rollouts
 
@@ -67,6 +71,7 @@ class DistillConfig(TrainConfig):
         "help": "DAgger rounds after the first --max-steps: roll the student out, label with the teacher, train on"})
     dagger_episodes: int = field(default=4, metadata={"help": "episodes per robot rolled out in each round"})
     dagger_steps: int = field(default=1000, metadata={"help": "training steps after each round"})
+    task: str | None = plugin_task_option()
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers for the rollouts"})
 
     def __post_init__(self):
@@ -170,11 +175,36 @@ def rollout_robots(config: DistillConfig, store: FleetStore) -> list[int]:
             and (not sites or store.site_of(robot) in sites)]
 
 
+def check_out(config: DistillConfig) -> None:
+    """A one-line error where ``--out`` is the teacher's own run, or holds a run of another command or of
+    another teacher: a distillation carries on only its own run."""
+    out, teacher = Path(config.out).resolve(), Path(config.teacher).resolve()
+    if teacher == out or out in teacher.parents:
+        fail(f"--out {config.out} is the teacher's own run: distil into another directory")
+    saved = Path(config.out) / "config.json"
+    if not saved.is_file():
+        return
+    try:
+        recorded = json.loads(saved.read_text()).get("config", {}).get("teacher")
+    except (ValueError, AttributeError):
+        fail(f"{saved} is damaged: --out holds no run distill.py can carry on; choose another --out")
+    if recorded is None:
+        fail(f"--out {config.out} holds a run of another command (no teacher in its config.json): "
+             "distil into another directory")
+    if Path(recorded).resolve() != teacher:
+        fail(f"--out {config.out} holds a distillation of the teacher {recorded}, not {config.teacher}: "
+             "distil into another directory")
+
+
 def run_distillation(config: DistillConfig) -> None:
     """Distil the teacher of ``config`` into its student, with its DAgger rounds: the whole of distill.py."""
     master = int(os.environ.get("RANK", "0")) == 0
+    check_out(config)
     store = open_training_store(config.data, quiet=not master)
+    if config.dagger_rounds:
+        recorded_task(store.manifest["task"]["reference"], config.task, f"{store.path / MANIFEST}")
     teacher = load_teacher(config, store)
+    check_resumable(config, store)
     try:
         student = policy_spec(config.policy, store.features)
     except ValueError as error:

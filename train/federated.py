@@ -60,7 +60,7 @@ from train.fed.fedavg import (ClientJob, ClientUpdate, State, average_states, fl
                               unflatten, weighted_average)
 from train.fed.federated_config import FederatedConfig
 from train.fed.rounds import RoundResult, run_clients, sample_clients
-from train.identity import data_changes, data_identity
+from train.identity import collections_trained_on, data_changes, data_identity
 from train.monitor import keep_records
 from train.policies.policy import PolicySpec, make_policy, policy_spec
 from train.schedule import learning_rate_factor
@@ -207,6 +207,7 @@ class Server:
         return Checkpoint(spec=self.spec, weights=self.model_state(), stats=self.stats, features=self.store.features,
                           step=self.round, epoch=self.round, task=(self.store.manifest or {}).get("task"),
                           config=asdict(self.config), data=repo_relative(self.store.path), identity=self.identity,
+                          collections=collections_trained_on([], repo_relative(self.store.path), self.identity),
                           code_version=code_version(), personal=personal,
                           training={"rng": rng_state(), "federated": server})
 

@@ -59,16 +59,17 @@ from core.lock import output_lock
 from core.files import repo_relative, write_json_atomic
 from core.options import check_choices, check_options, parse_config
 from dataset import FleetStore
-from dataset.episodes import select_episodes
-from dataset.manifest import read_manifest
+from dataset.manifest import MANIFEST, read_manifest
+from sim.tasks import recorded_task
 from train.bc import join_process_group, one_line_errors, run_training
 from train.checkpoint import latest_checkpoint, open_checkpoint
-from train.config import TrainConfig
-from train.data import open_training_store
+from train.config import TrainConfig, plugin_task_option
+from train.data import open_training_store, selected_episodes
 from train.fleet.accounting import format_accounts, run_accounts, seed_frames
 from train.fleet.deploy import Help, deploy_round
 from train.fleet.gates import MODES, GateOptions
 from train.fleet.labels import DeploymentLabels
+from train.state import check_resumable
 
 ROUND_TIMEOUT = timedelta(hours=2)  # how long the other ranks wait for rank 0's deployment
 RETRAIN = ("carry", "fresh")
@@ -116,6 +117,7 @@ class FleetLearnConfig(TrainConfig, GateOptions):
     stop_after: int | None = field(default=None, metadata={
         "help": "stop after this round's training (default: after --rounds); the schedule still spans --rounds, "
                 "so a run evaluated round by round learns as one that runs through"})
+    task: str | None = plugin_task_option()
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers for the deployment"})
     scheduler: str | None = field(default=None, metadata={"help": "address of an existing dask scheduler"})
 
@@ -127,8 +129,9 @@ class FleetLearnConfig(TrainConfig, GateOptions):
             raise ValueError("--own-successes: with --gate dagger the expert labels every deployed frame already")
         check_round_epochs(self)
         check_pretrain_steps(self, self.policy.policy)
-        check_options(self, ("rounds", "stop_after"), lambda value: value is None or value >= 0,
-                      "must not be negative")
+        check_options(self, ("rounds",), lambda value: value >= 1, "must be at least 1 (bc.py trains without rounds)")
+        check_options(self, ("stop_after",), lambda value: value is None or 0 <= value <= self.rounds,
+                      f"must be a round from 0 to --rounds {self.rounds}")
         check_options(self, ("round_lr",), lambda value: 0.0 <= value <= 1.0, "must be in [0, 1]")
         check_options(self, ("operators", "help_steps", "segment_steps", "fleet_robots", "deploy_episodes",
                              "round_steps", "pretrain_batch_size", "workers"), lambda value: value >= 1,
@@ -234,10 +237,7 @@ def deploy(config: FleetLearnConfig, store: FleetStore, round: int) -> None:
 def accounts_so_far(config: FleetLearnConfig, store: FleetStore, rounds: list[FleetStore]) -> list[dict]:
     """The run's accounts (train/fleet/accounting.py) after ``rounds``: the seed's episodes that train, from
     ``store``, then each round's."""
-    data = config.data
-    seed = select_episodes(store, robots=data.robots or None, sites=data.sites or None,
-                           per_robot=data.episodes_per_robot or None)
-    return run_accounts(seed_frames(seed), rounds)
+    return run_accounts(seed_frames(selected_episodes(store, config.data)), rounds)
 
 
 def write_accounts(config: FleetLearnConfig, accounts: list[dict]) -> None:
@@ -312,10 +312,18 @@ def train_round(config: FleetLearnConfig, rounds: list[FleetStore], labelled: in
         crash_point("fleet-trained")
 
 
+def check_inputs(config: FleetLearnConfig, store: FleetStore) -> None:
+    """Everything a run can be refused for, before it writes anything: the task the seed store names (a plug-in
+    one only with --task), and the run in --out, which must carry on with these options on this store."""
+    recorded_task(store.manifest["task"]["reference"], config.task, f"{store.path / MANIFEST}")
+    check_resumable(config, store)
+
+
 def run_fleet_learning(config: FleetLearnConfig) -> None:
     """Train on the seed, then deploy, retrain and account for each round: the whole of fleet_learn.py."""
     master = int(os.environ.get("RANK", "0")) == 0
     store = open_training_store(config.data, quiet=not master)
+    check_inputs(config, store)
     ddp = "RANK" in os.environ
     if ddp:  # one process group for every phase; the others wait in it while rank 0 deploys
         join_process_group(ROUND_TIMEOUT)

@@ -41,6 +41,13 @@ def data_identity(store: FleetStore, episodes: Sequence[EpisodeRef]) -> dict:
             "episode_seeds": hashlib.sha256(seeds.encode()).hexdigest()[:16]}
 
 
+def collections_trained_on(earlier: list[dict], data: str, identity: dict) -> list[dict]:
+    """Every collection a run has trained on, in order (what checkpoints record): the ``earlier`` ones (its
+    resumed checkpoint's), then ``data`` with its ``identity``, unless it is the last of them already."""
+    current = {"data": data, "identity": identity}
+    return list(earlier) if earlier and earlier[-1] == current else [*earlier, current]
+
+
 def _episodes_phrase(identity: dict) -> str:
     counts = identity.get("episodes", {})
     return f"{sum(counts.values())} episodes of {len(counts)} robots"

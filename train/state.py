@@ -19,8 +19,10 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from core.errors import warn
 from train.checkpoint import Checkpoint, newest_intact_checkpoint, restore_rng_state, rng_state
 from train.config import OptimConfig, TrainConfig, flat_options
-from train.identity import check_resume
-from train.policies.policy import Policy, PolicySpec, changed_spec_fields
+from dataset import FleetStore
+from train.data import selected_episodes
+from train.identity import check_resume, data_identity
+from train.policies.policy import Policy, PolicySpec, changed_spec_fields, policy_spec
 from train.schedule import Schedule, adamw, scaled_learning_rate
 
 
@@ -115,6 +117,15 @@ class TrainingState:
         if self.scaler.is_enabled():
             training["scaler"] = self.scaler.state_dict()
         return Checkpoint(weights=self.evaluated.state_dict(), step=self.step, training=training, **description)
+
+
+def check_resumable(config: TrainConfig, store: FleetStore) -> None:
+    """What ``resume_from`` will check, checked before a command writes anything: the run in ``config.out``
+    (if any) has an intact checkpoint with its resume state, and it can carry on with ``config`` on ``store``.
+    A one-line ``ValueError`` otherwise (train/fleet_learn.py and train/distill.py deploy and roll out
+    before they train: a refusal must come first)."""
+    resume_from(config, policy_spec(config.policy, store.features),
+                data_identity(store, selected_episodes(store, config.data)), quiet=True)
 
 
 def resume_from(config: TrainConfig, spec: PolicySpec, identity: dict, quiet: bool) -> Checkpoint | None:

@@ -49,9 +49,9 @@ def damaged_copy(original, tmp_path):
     return store
 
 
-def repair(store, crash_at: str | None = None) -> subprocess.CompletedProcess:
+def repair(store, *options: str, crash_at: str | None = None) -> subprocess.CompletedProcess:
     environment = {**subprocess_env(), **({CRASH_AT: crash_at} if crash_at else {})}
-    return subprocess.run([sys.executable, "-m", "collect.cli", "--repair", str(store), "--workers", "1"],
+    return subprocess.run([sys.executable, "-m", "collect.cli", "--repair", str(store), "--workers", "1", *options],
                           capture_output=True, text=True, env=environment, cwd=REPO, timeout=300,
                           start_new_session=True)  # its own process group: the crash kills that group
 
@@ -115,10 +115,36 @@ def test_repair_refuses_a_recollection_that_differs_and_puts_the_originals_back(
     states = zarr.open_group(store / "robot_0001.zarr", mode="r+")["data/observation.state"]
     states[-1, 0] = np.nan  # the last episode is damaged, the first one is intact
     damaged = files(store)
-    refused = repair(store)
+    unnamed = repair(store)  # the manifest names the plug-in: it is imported only on the user's word
+    assert unnamed.returncode == 2 and files(store) == damaged, unnamed.stderr[-3000:]
+    assert "names the plug-in task 'toy_tasks:NOISY_REACH'" in unnamed.stderr.splitlines()[-1]
+    refused = repair(store, "--task", "toy_tasks:NOISY_REACH")
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert_one_line(refused.stderr.splitlines()[-1], "refused to repair", "robot_0001.zarr episode 0",
                     "task 'toy_tasks:NOISY_REACH' does not make the same episode from the same seed",
                     "the damaged stores are back in place")
     assert files(store) == damaged and not (store / ASIDE).exists()
     assert robots_listed(store) == robots_listed(original)
+
+
+def test_a_robot_store_of_another_collection_is_damage_that_repair_recollects(reach_fleet, tmp_path_factory,
+                                                                              tmp_path, capsys):
+    """Robot 1's store from a collection with another fleet seed, as two collect runs into one --out left it:
+    verify and training name it, and a repair recollects it from the manifest's seeds."""
+    other = collected(tmp_path_factory, "reach_seed_1", "--robots", "3", "--episodes", "2", "--task", "reach",
+                      "--flush-frames", "1", "--workers", "1", "--seed", "1")
+    store = shutil.copytree(reach_fleet, tmp_path / "fleet")
+    shutil.rmtree(store / "robot_0001.zarr")
+    shutil.copytree(other / "robot_0001.zarr", store / "robot_0001.zarr")
+
+    assert exit_code_of(dataset_main, ["verify", store]) == 1
+    assert "robot_0001.zarr: belongs to another collection: its own seed is 1, manifest.json's 0" in capsys.readouterr().out
+    assert exit_code_of(bc_main, [*QUICK, "--data", store, "--out", tmp_path / "run"]) == 2
+    assert_one_line(capsys.readouterr().err, "robot_0001.zarr belongs to another collection than",
+                    "its own seed is 1, manifest.json's 0", f"run `collect --repair {store}`")
+    assert not (tmp_path / "run").exists()
+
+    completed = repair(store)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "repaired: recollected robots 1 (2 episodes)" in completed.stdout
+    assert files(store) == files(reach_fleet)

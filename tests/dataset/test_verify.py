@@ -168,3 +168,15 @@ def test_a_corrupt_episode_ends_chunk_is_reported_not_raised(copy):
     assert store.num_episodes_of(1) == 0
     [problem] = problems(copy)
     assert problem.shard == "robot_0001.zarr" and "episode_ends is damaged" in problem.message
+
+
+def test_a_plug_in_task_the_manifest_names_is_imported_only_with_task(copy, planted_module):
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["data_config"]["task"] = manifest["task"]["reference"] = "planted:TASK"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    notes = [problem for problem in verify_store(FleetStore.open(copy), notes=True) if problem.note]
+    assert any("values not checked against bounds" in str(note) and "pass --task planted:TASK" in str(note)
+               for note in notes), notes
+    assert not planted_module.exists()
+    verify_store(FleetStore.open(copy), notes=True, given_task="planted:TASK")  # the user's word imports it
+    assert planted_module.exists()

@@ -262,6 +262,13 @@ def _collection_without_seed(checkpoint, tmp_path):
     return ["--checkpoint", content.write(tmp_path / "unseeded")]
 
 
+def _names_code(checkpoint, tmp_path):
+    """A forged checkpoint whose task is a module to import: ``this`` prints the Zen of Python when imported."""
+    content = open_checkpoint(checkpoint)
+    content.task = {**content.task, "reference": "this:TASK"}
+    return ["--checkpoint", content.write(tmp_path / "forged")]
+
+
 def _not_a_checkpoint(checkpoint, tmp_path):
     (tmp_path / "foreign").mkdir()
     (tmp_path / "foreign" / "checkpoint.json").write_text('{"model": {}}')
@@ -270,7 +277,7 @@ def _not_a_checkpoint(checkpoint, tmp_path):
 
 @pytest.mark.parametrize("arguments, message", [
     (lambda c, t: ["--checkpoint", t / "missing"], "no checkpoint at"),
-    (_truncated, "model.safetensors is damaged: its sha256 does not match"),
+    (_truncated, "model.safetensors is damaged: it holds"),
     (_not_a_checkpoint, "is not a RoboFleet checkpoint: checkpoint.json lacks format, policy_spec"),
     (lambda c, t: ["--checkpoint", c, "--task", "pick_place"], "trained on task 'reach', not 'pick_place'"),
     (_other_schema, "schema mismatch: the checkpoint's observation.state has shape [21], the env's [20]"),
@@ -282,17 +289,21 @@ def _not_a_checkpoint(checkpoint, tmp_path):
      "--n-action-steps 17 is longer than the mlp policy's chunk of 16 actions"),
     (_collection_moved, "the fleet seed is unknown (its training collection "),
     (_collection_without_seed, "manifest.json is not a RoboFleet manifest: it lacks seed"),
+    (_names_code, "names the plug-in task 'this:TASK', which would import code: RoboFleet imports only what you "
+                  "name, so pass --task this:TASK if you trust it"),
     pytest.param(lambda c, t: ["--checkpoint", c, "--device", "cuda"], "--device cuda: torch finds no CUDA GPU",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here")),
 ], ids=["missing", "truncated", "foreign", "wrong-task", "schema", "no-checkpoint", "bad-option", "bad-offset",
-        "bad-seed", "long-chunk", "collection-moved", "no-manifest-seed", "no-gpu"])
+        "bad-seed", "long-chunk", "collection-moved", "no-manifest-seed", "names-code", "no-gpu"])
 def test_bad_checkpoints_and_options_are_refused(checkpoint, tmp_path, capsys, arguments, message):
     out = tmp_path / "eval"
     with pytest.raises(SystemExit) as exit_info:
         evaluate_main([*map(str, arguments(checkpoint, tmp_path)), "--out", str(out), "--quiet"])
     assert exit_info.value.code == 2
-    error = capsys.readouterr().err.strip()
+    captured = capsys.readouterr()
+    error = captured.err.strip()
     assert message in error and error.count("\n") == 0
+    assert "Beautiful is better than ugly" not in captured.out  # no module the checkpoint names was imported
     assert not out.exists() and not list(tmp_path.glob(".eval.*"))
 
 

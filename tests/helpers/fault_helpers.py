@@ -27,3 +27,10 @@ def assert_one_line(stderr: str, *fragments: str) -> None:
     assert stderr.strip().count("\n") == 0, stderr
     for fragment in fragments:
         assert fragment in stderr, stderr
+
+
+def file_tree(directory) -> dict[str, bytes | str]:
+    """Every file under ``directory`` with its bytes (a symlink with its target): what a refused command must
+    leave as it was."""
+    return {str(path.relative_to(directory)): str(path.readlink()) if path.is_symlink() else path.read_bytes()
+            for path in sorted(directory.rglob("*")) if path.is_symlink() or path.is_file()}

@@ -1,4 +1,5 @@
-"""Outside tasks: by module:attr reference and by entry point, with the README's example."""
+"""Outside tasks: by module:attr reference and by entry point, with the README's example; a task a file
+names imports code only on the user's word."""
 
 import json
 import os
@@ -13,7 +14,7 @@ from collect_helpers import REPO, run_collect, subprocess_env
 from fault_helpers import assert_one_line
 from sim.demo import DemoConfig, run_demo
 from sim.rollout import run_episode
-from sim.tasks import ENTRY_POINT_GROUP, TaskSpec, available_tasks, resolve_task
+from sim.tasks import ENTRY_POINT_GROUP, TaskSpec, available_tasks, recorded_task, resolve_task
 from train.checkpoint import open_checkpoint
 from train_helpers import QUICK
 
@@ -74,6 +75,27 @@ def test_bad_task_names_give_clear_errors(reference, message):
         resolve_task(reference)
 
 
+def test_a_task_a_file_names_is_imported_only_when_the_user_names_it(planted_module):
+    for given in (None, "other:TASK", "pick_place"):
+        with pytest.raises(ValueError, match=r"^checkpoint.json names the plug-in task 'planted:TASK', which would "
+                                             r"import code: .*pass --task planted:TASK if you trust it$"):
+            recorded_task("planted:TASK", given, "checkpoint.json")
+    assert not planted_module.exists() and "planted" not in sys.modules
+    assert recorded_task("pick_place", None, "checkpoint.json") is resolve_task("pick_place")
+    assert recorded_task("robofleet/Push-v0", None, "checkpoint.json") is resolve_task("push")
+    with pytest.raises(ValueError, match="unknown task 'teleport'"):
+        recorded_task("teleport", None, "checkpoint.json")
+    with pytest.raises(ValueError, match="not a sim.TaskSpec"):  # the user's word imports it
+        recorded_task("planted:TASK", "planted:TASK", "checkpoint.json")
+    assert planted_module.exists()
+
+
+def test_an_installed_entry_point_a_file_names_resolves(tmp_path, example_on_path, monkeypatch):
+    _install_entry_point(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert recorded_task("mountain_car", None, "manifest.json").env_id == "example/MountainCar-v0"
+
+
 def test_short_names_and_env_ids_name_the_same_task():
     assert resolve_task("pick_place") is resolve_task("robofleet/PickPlace-v0")
 
@@ -102,16 +124,16 @@ def test_a_plug_in_task_is_remembered_from_collect_to_evaluate(tmp_path):
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert open_checkpoint(trained).task["reference"] == "mountain_car_task:TASK"
 
-    completed = run("-m", "eval.cli", "--checkpoint", trained, "--robots", "2", "--episodes", "1", "--workers", "1",
-                    "--out", evaluation, "--quiet")
+    # the checkpoint names the task, but its module is imported only on the user's word
+    completed = run("-m", "eval.cli", "--checkpoint", trained, "--out", evaluation, "--quiet")
+    assert completed.returncode == 2, completed.stderr[-3000:]
+    assert_one_line(completed.stderr, "names the plug-in task 'mountain_car_task:TASK', which would import code",
+                    "pass --task mountain_car_task:TASK")
+    assert not evaluation.exists()
+    completed = run("-m", "eval.cli", "--checkpoint", trained, "--task", "mountain_car_task:TASK", "--robots", "2",
+                    "--episodes", "1", "--workers", "1", "--out", evaluation, "--quiet")
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert json.loads((evaluation / "eval_info.json").read_text())["task"] == "mountain_car"
-
-    completed = run("-m", "eval.cli", "--checkpoint", trained, "--out", tmp_path / "again", "--quiet",
-                    env=subprocess_env())  # the module is not importable
-    assert completed.returncode == 2 and completed.stderr.strip().count("\n") == 0, completed.stderr
-    assert ("cannot load task reference 'mountain_car_task:TASK': No module named 'mountain_car_task' "
-            "(the checkpoint's task: put its module on PYTHONPATH)") in completed.stderr
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from eval.rollout import evaluate_robot
 from train import distill
 from train.checkpoint import load_policy, open_checkpoint
 from collect_helpers import REPO, subprocess_env
-from fault_helpers import flip_byte
+from fault_helpers import file_tree, flip_byte
 from train_helpers import metrics, train
 
 pytestmark = pytest.mark.slow
@@ -66,7 +66,9 @@ def test_a_dagger_round_is_a_valid_store_of_the_teachers_labels_on_the_students_
     assert verify_store(round_store) == []
     assert round_store.robots == [0, 2] and round_store.num_episodes == 4  # --robots 0 2 limits the rollouts too
     assert round_store.manifest["lineage"]["teacher"] == str(teacher)
-    labeller, _ = load_policy(teacher, n_action_steps=1)
+    labeller, pinned = load_policy(student / "dagger" / "round_1_teacher", n_action_steps=1)  # the workers' copy
+    assert pinned.weights.keys() == open_checkpoint(teacher).weights.keys()
+    assert all((pinned.weights[name] == value).all() for name, value in open_checkpoint(teacher).weights.items())
     episode = round_store.episode(0, 0)
     labeller.reset()
     space_low, space_high = -1.0, 1.0
@@ -116,6 +118,21 @@ def test_bad_teachers_are_one_line_errors(pick_place_fleet, camera_fleet, teache
     assert "a diffusion student is not supported" in one_line_error(
         capsys, "--teacher", teacher, "--data", pick_place_fleet, "--out", tmp_path / "d", "--policy", "diffusion")
     assert not any((tmp_path / name).exists() for name in "abcd")  # nothing was written
+
+
+def test_an_out_holding_the_teacher_or_another_run_is_refused(pick_place_fleet, teacher, trained_run, tmp_path,
+                                                               capsys):
+    before = file_tree(teacher), file_tree(trained_run)
+    assert "is the teacher's own run" in one_line_error(capsys, "--teacher", teacher, "--data", pick_place_fleet,
+                                                        "--out", teacher)
+    assert "holds a run of another command" in one_line_error(capsys, "--teacher", teacher, "--data",
+                                                              pick_place_fleet, "--out", trained_run)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"config": {"teacher": str(tmp_path / "another_teacher")}}))
+    assert f"holds a distillation of the teacher {tmp_path / 'another_teacher'}, not {teacher}" in one_line_error(
+        capsys, "--teacher", teacher, "--data", pick_place_fleet, "--out", other)
+    assert (file_tree(teacher), file_tree(trained_run)) == before
 
 
 def test_a_damaged_store_is_one_line(pick_place_fleet, teacher, tmp_path, capsys):

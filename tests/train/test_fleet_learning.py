@@ -23,12 +23,12 @@ from sim.fleet import make_fleet
 from sim.tasks import BUILTIN_TASKS
 from eval import EvalConfig
 from eval.plan import make_plan
-from train.checkpoint import open_checkpoint
+from train.checkpoint import TRAINING_STATE, checkpoint_dir, latest_checkpoint, open_checkpoint
 from train.fleet.deploy import EXPERT, LEDGERS, POLICY, Help, deploy_round
 from train.fleet.gates import GATES, GateOptions, ProgressTracker, Signals
 from train.fleet.labels import DeploymentLabels, autonomous_successes, labelled_runs, labelled_segments
 from train.fleet.operators import Operator, operator_groups, step_shares
-from fault_helpers import assert_one_line, exit_code_of
+from fault_helpers import assert_one_line, exit_code_of, file_tree, truncate
 from fleet_helpers import columns, deployment, fleet_learn, fleet_learn_arguments
 from train.fleet_learn import fresh_round_steps, main as fleet_learn_main
 
@@ -397,6 +397,8 @@ def test_two_rounds_under_torchrun_train_on_the_seed_and_the_expert_labels(pick_
     (("--pretrain-steps", "10"), "--pretrain-steps: encoders are pretrained for --retrain fresh's policies"),
     (("--retrain", "fresh", "--pretrain-steps", "10"), "--pretrain-steps pretrains a cnn's camera encoders; the mlp"),
     (("--retrain", "fresh", "--pretrain-steps", "-1"), "--pretrain-steps must not be negative"),
+    (("--rounds", "0"), "--rounds must be at least 1"),
+    (("--stop-after", "7"), "--stop-after must be a round from 0 to --rounds 1, got 7"),
 ])
 def test_bad_options_are_one_line(options, message, pick_place_fleet, tmp_path, capsys):
     """fleet_learn.py's main in this process (its bad input as users meet it: the refusals below and
@@ -409,10 +411,24 @@ def test_bad_options_are_one_line(options, message, pick_place_fleet, tmp_path, 
 def test_a_run_of_another_task_or_a_policy_the_fleet_cannot_render_is_refused(trained_run, camera_fleet,
                                                                              camera_cnn_run, tmp_path):
     run = shutil.copytree(trained_run, tmp_path / "run", symlinks=True)
+    before = file_tree(run)
     completed = fleet_learn(run, camera_fleet)
-    assert completed.returncode == 2 and len(completed.stderr.splitlines()) == 1, completed.stderr[-2000:]
-    assert "was trained on pick_place, the fleet runs reach" in completed.stderr
+    assert completed.returncode == 2, completed.stderr[-2000:]
+    assert_one_line(completed.stderr, f"cannot resume {run}: it was trained on task pick_place, not reach")
+    assert file_tree(run) == before  # refused before anything is written
     config = CollectConfig(robots=2, episodes=1, task="reach", out=str(tmp_path / "blind"), keep_failures=True,
                            workers=1, quiet=True)
     with pytest.raises(ValueError, match="observation.images.front, which the fleet does not render"):
         deploy_round(config, str(open_checkpoint(camera_cnn_run).path), 1, Help("stall", OPTIONS, 10, 1), 10, {})
+
+
+@pytest.mark.slow
+def test_a_run_that_cannot_resume_is_refused_before_the_first_round_deploys(run_copy, pick_place_fleet):
+    """Its only checkpoint's resume state damaged: one line, and the run directory as it was, byte for byte."""
+    shutil.rmtree(checkpoint_dir(run_copy) / "step_00000010")
+    truncate(latest_checkpoint(run_copy) / TRAINING_STATE)
+    before = file_tree(run_copy)
+    completed = fleet_learn(run_copy, pick_place_fleet)
+    assert completed.returncode == 2, completed.stderr[-2000:]
+    assert_one_line(completed.stderr, f"no intact checkpoint in {checkpoint_dir(run_copy)}", "--no-resume")
+    assert file_tree(run_copy) == before

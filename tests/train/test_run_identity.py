@@ -46,6 +46,8 @@ def test_other_data_of_the_same_task_is_refused_unless_allowed(run_copy, pick_pl
     assert "warning: carrying on with new data (--allow-new-data): sites" in allowed.stderr
     resumed, before = open_checkpoint(run_copy), open_checkpoint(run_copy / "checkpoints" / "step_00000020")
     assert resumed.step == 30 and resumed.identity["episodes"] == {"0": 3, "1": 3}  # what it trains on now
+    assert [collection["identity"]["episodes"] for collection in resumed.collections] == [
+        {"0": 3, "1": 3, "2": 3}, {"0": 3, "1": 3}]  # and every collection it trained on, in order
     for name, values in before.stats.items():  # and still the normalisation its weights were trained with
         assert all((resumed.stats[name][key] == value).all() for key, value in values.items())
 
