@@ -314,9 +314,18 @@ def train_round(config: FleetLearnConfig, rounds: list[FleetStore], labelled: in
 
 def check_inputs(config: FleetLearnConfig, store: FleetStore) -> None:
     """Everything a run can be refused for, before it writes anything: the task the seed store names (a plug-in
-    one only with --task), and the run in --out, which must carry on with these options on this store."""
+    one only with --task), and the run in --out: where it trains on, it must carry on with these options on this
+    store; where its seed policy is only deployed from now on (--retrain fresh, the seed trained), it must have
+    been trained on the fleet's task."""
     recorded_task(store.manifest["task"]["reference"], config.task, f"{store.path / MANIFEST}")
-    check_resumable(config, store)
+    run = Path(config.out)
+    if config.retrain == "carry" or trained_to(run) < config.optim.max_steps:
+        check_resumable(config, store)
+        return
+    trained_on, fleet = (open_checkpoint(run, quiet=True).identity or {}).get("task"), store.manifest["task"]["name"]
+    if trained_on not in (None, fleet):
+        raise ValueError(f"cannot deploy {run}: it was trained on task {trained_on}, not {fleet} (--data): "
+                         "deploy it on a fleet of its task, or train another task in another --out")
 
 
 def run_fleet_learning(config: FleetLearnConfig) -> None:

@@ -23,12 +23,12 @@ from sim.fleet import make_fleet
 from sim.tasks import BUILTIN_TASKS
 from eval import EvalConfig
 from eval.plan import make_plan
-from train.checkpoint import TRAINING_STATE, checkpoint_dir, latest_checkpoint, open_checkpoint
+from train.checkpoint import open_checkpoint
 from train.fleet.deploy import EXPERT, LEDGERS, POLICY, Help, deploy_round
 from train.fleet.gates import GATES, GateOptions, ProgressTracker, Signals
 from train.fleet.labels import DeploymentLabels, autonomous_successes, labelled_runs, labelled_segments
 from train.fleet.operators import Operator, operator_groups, step_shares
-from fault_helpers import assert_one_line, exit_code_of, file_tree, truncate
+from fault_helpers import assert_one_line, exit_code_of, file_tree
 from fleet_helpers import columns, deployment, fleet_learn, fleet_learn_arguments
 from train.fleet_learn import fresh_round_steps, main as fleet_learn_main
 
@@ -420,15 +420,3 @@ def test_a_run_of_another_task_or_a_policy_the_fleet_cannot_render_is_refused(tr
                            workers=1, quiet=True)
     with pytest.raises(ValueError, match="observation.images.front, which the fleet does not render"):
         deploy_round(config, str(open_checkpoint(camera_cnn_run).path), 1, Help("stall", OPTIONS, 10, 1), 10, {})
-
-
-@pytest.mark.slow
-def test_a_run_that_cannot_resume_is_refused_before_the_first_round_deploys(run_copy, pick_place_fleet):
-    """Its only checkpoint's resume state damaged: one line, and the run directory as it was, byte for byte."""
-    shutil.rmtree(checkpoint_dir(run_copy) / "step_00000010")
-    truncate(latest_checkpoint(run_copy) / TRAINING_STATE)
-    before = file_tree(run_copy)
-    completed = fleet_learn(run_copy, pick_place_fleet)
-    assert completed.returncode == 2, completed.stderr[-2000:]
-    assert_one_line(completed.stderr, f"no intact checkpoint in {checkpoint_dir(run_copy)}", "--no-resume")
-    assert file_tree(run_copy) == before

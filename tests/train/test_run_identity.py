@@ -1,15 +1,18 @@
 """A run knows what it was trained on: resuming on other data or options is refused in one line, or applied
-and said; an error that a torchrun restart cannot fix ends the job after one attempt."""
+and said, before anything is written; an error that a torchrun restart cannot fix ends the job after one attempt."""
 
 import json
+import shutil
 import subprocess
 
 import pytest
 
-from train.checkpoint import open_checkpoint
+from train.checkpoint import TRAINING_STATE, checkpoint_dir, latest_checkpoint, open_checkpoint
 from train.config import flat_options
 from train.restarts import RECORD
 from collect_helpers import REPO
+from fault_helpers import assert_one_line, file_tree, truncate
+from fleet_helpers import fleet_learn
 from train_helpers import metrics, train, train_command, train_env
 
 
@@ -94,3 +97,15 @@ def test_an_error_a_restart_cannot_fix_ends_the_torchrun_job_after_one_attempt(p
 
     fixed = train("--data", pick_place_fleet, "--out", run, "--max-steps", "10")  # other inputs: it runs
     assert fixed.returncode == 0, fixed.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_run_that_cannot_resume_is_refused_before_the_first_round_deploys(run_copy, pick_place_fleet):
+    """Its only checkpoint's resume state damaged: one line, and the run directory as it was, byte for byte."""
+    shutil.rmtree(checkpoint_dir(run_copy) / "step_00000010")
+    truncate(latest_checkpoint(run_copy) / TRAINING_STATE)
+    before = file_tree(run_copy)
+    completed = fleet_learn(run_copy, pick_place_fleet)
+    assert completed.returncode == 2, completed.stderr[-2000:]
+    assert_one_line(completed.stderr, f"no intact checkpoint in {checkpoint_dir(run_copy)}", "--no-resume")
+    assert file_tree(run_copy) == before
