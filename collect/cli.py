@@ -17,6 +17,7 @@ from collect.repair import repair_store
 from core.errors import fail, quiet_closed_pipes
 from core.lock import output_lock
 from core.options import parse_config
+from dataset import FleetStore
 from dataset.cli import open_store, print_problems, report_verdict
 
 INTERRUPTED_EXIT = 130
@@ -26,9 +27,9 @@ def main(argv: list[str] | None = None) -> None:
     quiet_closed_pipes()
     config = parse_config(CollectConfig, __doc__, argv)
     if config.repair:
-        open_store(config.repair)  # no store there: its one-line error, before a lock file is made beside it
+        store = open_store(config.repair)  # no store there: its one-line error, before a lock file is made beside it
         with output_lock(config.repair, "collect --repair"):
-            repair(config)
+            repair(config, store)
         return
     try:
         with output_lock(config.out, "collect"):
@@ -43,10 +44,9 @@ def main(argv: list[str] | None = None) -> None:
         print(summary.format())
 
 
-def repair(config: CollectConfig) -> None:
-    """``collect --repair STORE``: print what verify finds in STORE, recollect the damaged robots, and say
-    what remains (exit 1) or that the store is OK."""
-    store = open_store(config.repair)
+def repair(config: CollectConfig, store: FleetStore) -> None:
+    """``collect --repair STORE``: print what verify finds in ``store`` (opened from STORE), recollect the
+    damaged robots, and say what remains (exit 1) or that the store is OK."""
     found = print_problems(store, progress=not config.quiet, given_task=config.task)
     problems = [problem for problem in found if not problem.note]
     if problems:

@@ -79,8 +79,9 @@ def repair_store(path: str | Path, workers: int = 1, quiet: bool = False,
     ``ValueError`` where the damage cannot be repaired from seeds (no manifest, a collection not
     made by ``collect``, problems outside any robot's store) and where a recollection differs
     from the original, and where the manifest names a plug-in task that ``given_task`` (the user's
-    ``--task``) does not (``sim.tasks.recorded_task``). The report's ``remaining`` holds what verify still finds: any of it in a
-    repaired robot's store leaves the journal in place, for the next repair to carry on.
+    ``--task``) does not (``sim.tasks.recorded_task``). The report's ``remaining`` holds what verify
+    still finds: any of it in a repaired robot's store leaves the journal in place, for the next
+    repair to carry on.
     """
     path = Path(path)
     store = FleetStore.open(path)

@@ -182,7 +182,8 @@ class Checkpoint:
             for name, data in files.items():
                 (staging / name).write_bytes(data)
             description = {**self.description(),
-                           "files": {name: {"sha256": _sha256(data), "bytes": len(data)} for name, data in files.items()}}
+                           "files": {name: {"sha256": _sha256(data), "bytes": len(data)}
+                                     for name, data in files.items()}}
             (staging / DESCRIPTION).write_text(json.dumps(description, indent=1) + "\n")
             os.chmod(staging, 0o755)  # mkdtemp makes it private
             if directory.exists():  # a step this run writes again (--no-resume): swap the old one out
@@ -268,7 +269,8 @@ def _collections(description: dict, directory: Path) -> list[dict]:
     """checkpoint.json's ``collections``; for a checkpoint written before it, the one collection it records."""
     value = description.get("collections")
     if value is None:
-        return [{"data": description["data"], "identity": description.get("identity")}] if description.get("data") else []
+        recorded = description.get("data")
+        return [{"data": recorded, "identity": description.get("identity")}] if recorded else []
     if not isinstance(value, list) or not all(isinstance(entry, dict) for entry in value):
         raise ValueError(f"{directory / DESCRIPTION} is damaged: its collections are not a list of records")
     return value

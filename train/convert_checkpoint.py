@@ -82,7 +82,8 @@ def converted(content: dict) -> Checkpoint:
         training["rng"] = {**training["rng"], "numpy": _numpy_rng(training["rng"]["numpy"])}
     return Checkpoint(spec=PolicySpec.from_dict(content["policy_spec"]), weights=dict(content["model"]),
                       stats=content["stats"], features=content["features"], step=content["step"],
-                      task=registered_task(content.get("task")), epoch=content.get("epoch", 0), config=content.get("config") or {},
+                      task=registered_task(content.get("task")), epoch=content.get("epoch", 0),
+                      config=content.get("config") or {},
                       data=content.get("data"), code_version=content.get("code_version"),
                       personal={int(robot): dict(state) for robot, state in content.get("personal", {}).items()},
                       training=training or None)

@@ -80,7 +80,8 @@ def collect_round(run: Path, round: int, teacher: str, store: FleetStore, robots
                            image_size=data["image_size"], keep_failures=True, workers=workers, quiet=quiet)
     lineage = {"source": "dagger", "round": round, "teacher": teacher, "student": str(student),
                "trained_on": str(store.path)}
-    actor = Actor(DaggerAgents(str(student), str(pinned_teacher)), seed_stream="dagger", seed_round=round, lineage=lineage)
+    actor = Actor(DaggerAgents(str(student), str(pinned_teacher)), seed_stream="dagger", seed_round=round,
+                  lineage=lineage)
     summary = run_collection(config, robot_episodes={robot: episodes for robot in robots}, actor=actor)
     if not quiet:
         print(f"DAgger round {round}: {summary.episodes} episodes by the student, labelled by the teacher, "

@@ -55,8 +55,8 @@ import torch.distributed as dist  # noqa: E402
 
 from collect.config import CollectConfig
 from core.errors import crash_point, fail, quiet_closed_pipes
-from core.lock import output_lock
 from core.files import repo_relative, write_json_atomic
+from core.lock import output_lock
 from core.options import check_choices, check_options, parse_config
 from dataset import FleetStore
 from dataset.manifest import MANIFEST, read_manifest

@@ -17,9 +17,9 @@ import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from core.errors import warn
+from dataset import FleetStore
 from train.checkpoint import Checkpoint, newest_intact_checkpoint, restore_rng_state, rng_state
 from train.config import OptimConfig, TrainConfig, flat_options
-from dataset import FleetStore
 from train.data import selected_episodes
 from train.identity import check_resume, data_identity
 from train.policies.policy import Policy, PolicySpec, changed_spec_fields, policy_spec

@@ -138,7 +138,8 @@ def test_a_robot_store_of_another_collection_is_damage_that_repair_recollects(re
     shutil.copytree(other / "robot_0001.zarr", store / "robot_0001.zarr")
 
     assert exit_code_of(dataset_main, ["verify", store]) == 1
-    assert "robot_0001.zarr: belongs to another collection: its own seed is 1, manifest.json's 0" in capsys.readouterr().out
+    found = capsys.readouterr().out
+    assert "robot_0001.zarr: belongs to another collection: its own seed is 1, manifest.json's 0" in found
     assert exit_code_of(bc_main, [*QUICK, "--data", store, "--out", tmp_path / "run"]) == 2
     assert_one_line(capsys.readouterr().err, "robot_0001.zarr belongs to another collection than",
                     "its own seed is 1, manifest.json's 0", f"run `collect --repair {store}`")
