@@ -3,7 +3,11 @@
 Images travel as the store keeps them, uint8 ``[..., H, W, C]``, from the loader (or
 the env) to the policy's device, and are turned into float ``[..., C, H, W]`` in
 [0, 1] there: a quarter of the bytes through the loader, and the conversion runs
-batched where the model runs. In training two augmentations can run on the way
+batched where the model runs. They leave in ``MODEL_MEMORY_FORMAT``, the memory order
+of every image encoder's weights (torch's default, NCHW): a permuted view would reach
+the convolutions in channels-last order and send them, and GroupNorm's backward, down
+torch's slower mixed-layout paths. The reorder is done on the uint8 bytes, before they
+become floats. In training two augmentations can run on the way
 (both batched, on the device, every image drawing its own):
 
 - **random shift** (``shift`` pixels): the image is padded by repeating its edge
@@ -17,6 +21,8 @@ batched where the model runs. In training two augmentations can run on the way
 from __future__ import annotations
 
 import torch
+
+MODEL_MEMORY_FORMAT = torch.contiguous_format
 
 
 def random_shift(images: torch.Tensor, shift: int) -> torch.Tensor:
@@ -42,14 +48,15 @@ def colour_jitter(images: torch.Tensor, strength: float) -> torch.Tensor:
 
 
 def images_to_model(images: torch.Tensor, shift: int = 0, strength: float = 0.0) -> torch.Tensor:
-    """uint8 ``[..., H, W, C]`` -> float ``[..., C, H, W]`` in [0, 1], augmented by ``shift`` and ``strength``.
+    """uint8 ``[..., H, W, C]`` -> float ``[..., C, H, W]`` in [0, 1] and ``MODEL_MEMORY_FORMAT``, augmented by
+    ``shift`` and ``strength``.
 
     Pass ``shift=0, strength=0`` outside training: the image is only converted.
     """
     frames = images.flatten(0, -4)  # every leading axis (batch, time) into one
     if shift:
         frames = random_shift(frames, shift)
-    frames = frames.permute(0, 3, 1, 2).float().div_(255)
+    frames = frames.permute(0, 3, 1, 2).contiguous(memory_format=MODEL_MEMORY_FORMAT).float().div_(255)
     if strength:
         frames = colour_jitter(frames, strength)
     return frames.unflatten(0, images.shape[:-3])

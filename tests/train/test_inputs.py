@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from collect_helpers import REPO, subprocess_env
-from train.augment import images_to_model, random_shift
+from train.augment import MODEL_MEMORY_FORMAT, images_to_model, random_shift
 from train.checkpoint import load_policy, open_checkpoint
 from train.policies.options import PolicyOptions
 from train.policies.policy import policy_spec
@@ -100,6 +100,37 @@ def test_augmentation_runs_in_training_mode_only(camera_fleet):
     policy.train()
     augmented = policy.normalised({FRONT: frames, "observation.state": torch.zeros(8, 1, 20)})[FRONT]
     assert augmented.shape == plain.shape and not torch.allclose(augmented, plain)
+
+
+def first_convolutions(policy: torch.nn.Module) -> list[torch.nn.Conv2d]:
+    """The first convolution of every image encoder: where the images enter the network."""
+    return [next(m for m in encoder.modules() if isinstance(m, torch.nn.Conv2d))
+            for encoder in policy.encoders.values()]
+
+
+@pytest.mark.parametrize("backbone", ["small", "resnet18"])
+@pytest.mark.parametrize("training", [True, False])
+def test_images_reach_the_first_convolution_in_the_memory_format_of_its_weights(backbone, training):
+    from benchmarks.synthetic import synthetic_stats
+    from train.policies.options import CNNOptions
+    from train.policies.policy import make_policy
+
+    spec = policy_spec(PolicyOptions(policy="cnn", image_shift=4, colour_jitter=0.3,
+                                     cnn=CNNOptions(vision_backbone=backbone)), STORE_FEATURES)
+    stats = {name: synthetic_stats(STORE_FEATURES[name]) for name in [*spec.features, "action"]}
+    policy = make_policy(spec, stats).train(training)
+    seen = []
+    for conv in first_convolutions(policy):
+        conv.register_forward_pre_hook(lambda module, args: seen.append((module.weight, args[0])))
+    batch = {FRONT: torch.randint(0, 256, (4, spec.n_obs_steps, 16, 16, 3), dtype=torch.uint8),
+             "observation.state": torch.zeros(4, spec.n_obs_steps, 3)}
+    policy.predict_chunk(batch)
+    assert seen
+    for weight, images in seen:
+        layout = torch.channels_last if weight.is_contiguous(memory_format=torch.channels_last) and \
+            not weight.is_contiguous() else torch.contiguous_format
+        assert layout == MODEL_MEMORY_FORMAT
+        assert images.is_contiguous(memory_format=layout), images.stride()
 
 
 def run_evaluate(*arguments) -> subprocess.CompletedProcess:
