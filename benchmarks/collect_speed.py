@@ -14,7 +14,9 @@ is then 4 x 4, as rendering 2 cameras at 96 px takes ~10 ms a step on llvmpipe.
   cluster's start and stop are excluded, as the limit excludes spawning its processes;
   they are reported apart).
 - ``vector_2env``: the collector a user would write with gymnasium's
-  ``AsyncVectorEnv`` (2 sub-processes, lock-step), writing the same shards.
+  ``AsyncVectorEnv`` (2 sub-processes, lock-step), writing the same shards. Its
+  sub-processes are spawned (a fork of a process that has rendered can hang in its
+  first render) and their start and stop are excluded, as for the limit.
 - ``write_crc32c`` / ``write_no_checksum``: the cost of the checksums. The job's episodes,
   recorded once, are written into new shards by collect's writer as it is (crc32c on every
   chunk) and with the crc32c codec left out, one after the other in each round;
@@ -36,11 +38,11 @@ state figures stay) and appends to the table in benchmarks/README.md.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import shutil
 import tempfile
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -105,13 +107,30 @@ def measure_collect(job: CollectConfig, workers: int, cluster_seconds: list[floa
     return summary.steps / summary.wall_seconds
 
 
-def _vector_pair(job: CollectConfig, profiles: list[RobotProfile], out: Path) -> int:
-    """Collect the job's episodes per robot for a group of robots in one AsyncVectorEnv."""
-    spec, episodes = sim.resolve_task(job.task), job.episodes
-    envs = gym.vector.AsyncVectorEnv([lambda p=p: make_env(job, p) for p in profiles],
+def _vector_pair(job: CollectConfig, profiles: list[RobotProfile], features: dict, out: Path) -> tuple[int, float]:
+    """Collect the job's episodes per robot for a group of robots in one AsyncVectorEnv; (env steps, seconds).
+
+    Its sub-processes are spawned, not forked: a process forked from one that has rendered (collect's
+    probe renders in this one) can hang in its first render, in EGL on llvmpipe. Their start (spawn,
+    imports, each env made) and their stop are left out of the seconds, as the limit leaves out
+    spawning its processes and collect its cluster's start.
+    """
+    envs = gym.vector.AsyncVectorEnv([partial(make_env, job, p) for p in profiles], context="spawn",
                                      autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+    try:
+        start = time.perf_counter()
+        steps = _vector_collect(envs, job, profiles, features, out)
+        return steps, time.perf_counter() - start
+    finally:
+        envs.close()
+
+
+def _vector_collect(envs: gym.vector.VectorEnv, job: CollectConfig, profiles: list[RobotProfile], features: dict,
+                    out: Path) -> int:
+    """Run the job's episodes of each robot in its slot of ``envs`` in lock-step and write each robot's
+    successes into its shard, as collect does; returns the env steps."""
+    spec, episodes = sim.resolve_task(job.task), job.episodes
     experts = [spec.make_expert(p) for p in profiles]
-    features = features_of(make_env(job, profiles[0]))
     count = len(profiles)
     next_index, buffers, kept = [0] * count, [dict() for _ in profiles], [[] for _ in profiles]
     seeds = [episode_seed(0, p.robot_id, 0) for p in profiles]
@@ -145,27 +164,26 @@ def _vector_pair(job: CollectConfig, profiles: list[RobotProfile], out: Path) ->
                 experts[k].reset(seeds[k])
         else:
             observations = next_observations
-    envs.close()
     for k, profile in enumerate(profiles):
         with ShardWriter(out / store_name(profile.robot_id), {"profile": profile.to_dict()}, features) as shard:
             shard.commit(kept[k], [])
     return steps
 
 
-def measure_vector(job: CollectConfig, num_envs: int = 2) -> float:
-    """Steps per second of the ``AsyncVectorEnv`` collector, ``num_envs`` robots at a time."""
+def measure_vector(job: CollectConfig, features: dict, num_envs: int = 2) -> float:
+    """Steps per second of the ``AsyncVectorEnv`` collector, ``num_envs`` robots at a time (their
+    sub-processes' start and stop excluded)."""
     fleet = make_fleet(job.robots)
     out = Path(tempfile.mkdtemp(prefix="robofleet-bench-"))
     try:
-        start = time.perf_counter()
-        steps = sum(_vector_pair(job, fleet[i:i + num_envs], out) for i in range(0, job.robots, num_envs))
-        return steps / (time.perf_counter() - start)
+        parts = [_vector_pair(job, fleet[i:i + num_envs], features, out) for i in range(0, job.robots, num_envs)]
+        return sum(steps for steps, _ in parts) / sum(seconds for _, seconds in parts)
     finally:
         shutil.rmtree(out)
 
 
 def recorded_episodes(job: CollectConfig, robot_ids: list[int]) -> tuple[dict, dict[int, list[EpisodeRecord]]]:
-    """(features, robot id -> its job's episodes as collect records them); run in a spawned process."""
+    """(features, robot id -> its job's episodes as collect records them)."""
     spec, recorded = sim.resolve_task(job.task), {}
     for profile in (make_robot(robot_id) for robot_id in robot_ids):
         env, expert = make_env(job, profile), spec.make_expert(profile)
@@ -228,8 +246,7 @@ def main(argv: list[str] | None = None) -> dict:
     job = CollectConfig(robots=args.robots, episodes=args.episodes, task=args.task, cameras=tuple(args.cameras),
                         image_size=args.image_size, quiet=True)
 
-    with multiprocessing.get_context("spawn").Pool(1) as pool:  # rendering here would hang AsyncVectorEnv's forks
-        features, recorded = pool.apply(recorded_episodes, (job, list(range(job.robots))))
+    features, recorded = recorded_episodes(job, list(range(job.robots)))
     recorded_steps = sum(len(next(iter(e.frames.values()))) for episodes in recorded.values() for e in episodes)
 
     rounds: list[dict[str, float]] = []
@@ -240,7 +257,7 @@ def main(argv: list[str] | None = None) -> dict:
             job, processes=1, setup=lambda: measure_collect(job, workers=1, cluster_seconds=cluster))
         rates["collect_2w"], rates["limit_2proc"] = bracketed_by_limit(
             job, processes=2, setup=lambda: measure_collect(job, workers=2, cluster_seconds=cluster))
-        rates["vector_2env"] = measure_vector(job)
+        rates["vector_2env"] = measure_vector(job, features)
         # Writing alone, with crc32c on every chunk and without: steps written per second.
         rates["write_crc32c"] = recorded_steps / write_seconds(features, recorded, checksums=True)
         rates["write_no_checksum"] = recorded_steps / write_seconds(features, recorded, checksums=False)

@@ -101,7 +101,8 @@ def in_processes(loop: Callable[..., tuple[int, float]], parts: list[tuple]) -> 
 
     Each loop times itself (spawn and imports excluded) and returns (steps, seconds); the slowest
     one counts. Even one part is spawned: once a process has rendered, the processes it forks can
-    hang in their first render (EGL on llvmpipe), and none renders in the benchmark's own process.
+    hang in their first render (EGL on llvmpipe), and the benchmark's own process may have rendered
+    (collect's probe of the task does, with cameras).
     """
     with multiprocessing.get_context("spawn").Pool(len(parts)) as pool:
         results = pool.starmap(loop, parts)
