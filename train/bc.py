@@ -27,7 +27,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -45,14 +45,16 @@ from core.lock import output_lock
 from core.files import code_version, repo_relative, write_json_atomic
 from core.options import parse_config
 from dataset.chunks import DataError, data_error_line
+from dataset.inputs import is_image
 from train.checkpoint import latest_checkpoint
 from train.comm.comm_hooks import register_comm_hook
-from train.config import OptimConfig, TrainConfig
+from train.config import OptimConfig, TrainConfig, flat_options
 from train.data import Labeller, StoreActions, training_data
 from train.identity import collections_trained_on
 from train.monitor import Monitor, StepTimer, sync_efficiency
 from train.policies.policy import Policy, make_policy
-from train.state import TrainingState, check_amp, resume_from
+from train.precision import check_amp, resolve_amp
+from train.state import TrainingState, resume_from
 from train.threads import ThreadShare
 
 Batch = dict[str, torch.Tensor]
@@ -235,8 +237,12 @@ def run_training(config: TrainConfig, labeller: Labeller | None = None, until: i
         policy = make_policy(data.spec, data.stats).to(device)
         model, comm_hook, sync_batchnorm_layers = wrap_ddp(policy, config, device) if ddp else (policy, "", 0)
         effective_batch = optim.batch_size * optim.grad_accum * world_size
-        state = TrainingState.create(policy, optim, device, effective_batch)
         resumed = resume_from(config, data.spec, data.identity, quiet=not master)
+        amp, amp_reason = resolve_amp(optim.amp, device, any(is_image(name) for name in data.spec.features),
+                                      flat_options(resumed.config).get("amp") if resumed else None)
+        check_amp(amp, device)  # again: a resume's may be a GPU's fp16
+        optim = replace(optim, amp=amp)
+        state = TrainingState.create(policy, optim, device, effective_batch)
         if config.init_encoders and resumed is None:  # a resume carries on its own weights
             from train.encoder_pretrain import load_encoders  # here: it imports torchvision, which mlp runs skip
 
@@ -247,9 +253,10 @@ def run_training(config: TrainConfig, labeller: Labeller | None = None, until: i
             schedule_note = state.resume(resumed, optim.max_steps, until, rewarm)
             data.stats = resumed.stats  # its normalisation, also on new data (--allow-new-data)
             data.train_loader.set_epoch(resumed.epoch + 1)
-        resolved = asdict(config)  # with what the run resolved: the policy's inputs and window, the hook that runs
+        resolved = asdict(config)  # with what the run resolved: inputs and window, the hook that runs, the precision
         resolved["policy"].update(inputs=data.spec.inputs, n_obs_steps=data.spec.n_obs_steps)
         resolved["ddp"]["comm_hook"] = comm_hook or config.ddp.comm_hook
+        resolved["optim"]["amp"] = amp
         about = {"spec": data.spec, "stats": data.stats, "features": data.store.features, "config": resolved,
                  "task": (data.store.manifest or {}).get("task"), "data": repo_relative(data.store.path),
                  "more_data": [repo_relative(store.path) for store in labeller.stores],
@@ -267,7 +274,8 @@ def run_training(config: TrainConfig, labeller: Labeller | None = None, until: i
             print(f"training {config.policy.policy} on {data.describe()}, {world_size} rank(s) on {device}, batch "
                   f"{optim.batch_size} x {optim.grad_accum} micro-steps x {world_size} ranks = "
                   f"{effective_batch} windows per step (the effective batch); lr {state.lr:.4g} ({optim.lr:.4g} "
-                  f"for batch {optim.base_batch}, scaling {optim.lr_scaling}); amp {optim.amp}, "
+                  f"for batch {optim.base_batch}, scaling {optim.lr_scaling}); amp {amp}"
+                  f"{f' ({amp_reason})' if amp_reason else ''}, "
                   f"comm hook {comm_hook or 'none (one process)'}, ema {optim.ema_decay or 'off'}; {threads.describe()}"
                   + (f"; {sync_batchnorm_layers} SyncBatchNorm layers" if sync_batchnorm_layers else "")
                   + (f"; resumed from step {state.step}" if resumed else "") + schedule_note

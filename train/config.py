@@ -62,15 +62,16 @@ class OptimConfig:
     lr_scaling: str = field(default="none", metadata={
         "help": "scale --lr to the effective batch: none, linear (lr x B/base) or sqrt (lr x sqrt(B/base))"})
     base_batch: int = field(default=512, metadata={"help": "the effective batch --lr is meant for (--lr-scaling)"})
-    amp: str = field(default="none", metadata={
-        "help": "mixed precision: none, bf16 (autocast, CPU or GPU) or fp16 (autocast and a GradScaler, GPU only)"})
+    amp: str = field(default="auto", metadata={
+        "help": "mixed precision: auto (bf16 for a camera policy on a CPU with AMX or AVX512-BF16, else none; a "
+                "resume keeps its own), none, bf16 (autocast, CPU or GPU) or fp16 (autocast and a GradScaler, GPU only)"})
     ema_decay: float = field(default=0.0, metadata={
         "help": "EMA of the weights with this decay, e.g. 0.999 (0: off); evaluation and val loss use the EMA"})
 
     def __post_init__(self):
         check_options(self, ("batch_size", "grad_accum", "max_steps", "base_batch"), lambda value: value >= 1,
                       "must be at least 1")
-        check_choices(self, {"lr_scaling": ("none", "linear", "sqrt"), "amp": ("none", "bf16", "fp16")})
+        check_choices(self, {"lr_scaling": ("none", "linear", "sqrt"), "amp": ("auto", "none", "bf16", "fp16")})
         check_options(self, ("ema_decay",), lambda value: 0.0 <= value < 1.0, "must be in [0, 1)")
         check_options(self, ("lr",), lambda value: value > 0, "must be positive")
         check_options(self, ("warmup_steps", "weight_decay", "grad_clip"), lambda value: value >= 0,

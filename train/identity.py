@@ -11,7 +11,7 @@ about to carry it on:
   ``--sites``, ``--episodes-per-robot``): refused unless ``--allow-new-data``, which carries on
   with the checkpoint's normalisation and says what changed;
 - an option that shapes the optimisation (``FIXED_ON_RESUME``) given another value: refused,
-  since the optimiser and schedule state come from the checkpoint;
+  since the optimiser and schedule state come from the checkpoint (``auto`` takes the checkpoint's);
 - another ``--max-steps``: applied (the run is extended or ends sooner; the learning rate
   carries on from where it stood, ``train.schedule.Schedule.extend``), and train/bc.py's
   start line says so.
@@ -84,6 +84,8 @@ def check_resume(checkpoint_config: dict, identity: dict | None, config: dict, n
                              "on with the checkpoint's normalisation, or train in another --out")
         notes.append(f"carrying on with new data (--allow-new-data): {'; '.join(changes)}")
     for name in FIXED_ON_RESUME:
+        if config[name] == "auto":  # the run carries on with the checkpoint's
+            continue
         if name in checkpoint_config and checkpoint_config[name] != config[name]:
             option = "--" + name.replace("_", "-")
             raise ValueError(f"it was trained with {option} {checkpoint_config[name]}, not {config[name]}: "

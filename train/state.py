@@ -26,16 +26,6 @@ from train.policies.policy import Policy, PolicySpec, changed_spec_fields, polic
 from train.schedule import Schedule, adamw, scaled_learning_rate
 
 
-def check_amp(amp: str, device: torch.device) -> None:
-    """A one-line ``ValueError`` where ``--amp`` cannot run on ``device``."""
-    if amp == "fp16" and device.type != "cuda":
-        raise ValueError("--amp fp16 needs a GPU (a GradScaler guards its float16 gradients there); "
-                         "use --amp bf16 on CPU")
-    if amp == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ValueError(f"--amp bf16 needs a GPU with bfloat16 ({torch.cuda.get_device_name(device)} has none); "
-                         "use --amp fp16")
-
-
 @dataclass
 class TrainingState:
     """The policy and everything an update changes besides it (see the module docstring)."""
