@@ -37,7 +37,16 @@ which is how bucket size, accumulation and threads are tuned:
 (front and wrist cameras at 96 px, uint8 through the loader, shifted and converted on
 the training device), batch 32 per rank, on a camera fleet collected for it. Its goals:
 weak scaling >= 0.9, as for the mlp, and data wait under 10% of a 2-rank step
-(``data_wait_share``). It writes train_speed_image.json and its own table.
+(``data_wait_share``). Beside 1r1t and 1r2t it runs ``bare_1r1t`` and ``bare_1r2t``: bc.py's policy,
+data and optimiser in a loop with nothing else (benchmarks/bare_loop.py); goal: bc.py / bare >= 0.9
+(``bc_vs_bare_*``). It writes train_speed_image.json and its own table. ``--case act`` runs ACT on
+the same cameras (batch 8, 40 steps) on 1r1t and 1r2t, each beside the bare loop.
+
+How near each case runs to the machine's limit (benchmarks/flops.py): FLOPs per sample of one
+step (``flops_per_sample``), each round's fp32 and bf16 matmul peaks on 1 and 2 threads
+(``peaks``), and per setup ``utilisation``: GFLOP/s and MFU against the peak of the dtype it
+trained in (bf16 where the run resolved ``--amp`` to it, else fp32) on the threads it used,
+ranks x threads x runs up to the cores: 2r1t and 2p1t are held against the 2-thread peak.
 
 ``--case threads`` measures runs that share the host with no ``--threads`` (bc.py's own
 share of the cores, train/threads.py): ``2p_auto``, two 1-rank runs at once, whose slower
@@ -55,10 +64,12 @@ With ``--data`` (a store of yours) it prints the rows, and only ``--out`` writes
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -66,8 +77,11 @@ import sim  # noqa: F401  (first: it selects headless rendering before mujoco lo
 
 import torch
 
+from benchmarks.bare_loop import policy_flops
 from benchmarks.common import (TORCHRUN_ENV, agent_command, benchmark_parser, job_options, machine_facts,
                                publish, python_command, realtime_permitted)
+from benchmarks.flops import cpu_features, machine_peaks, utilisation
+from benchmarks.train_tables import LIMIT_HEADER, bare_table, limit_cells, threads_table
 from collect import CollectConfig
 from collect.engine import run_collection
 from train.monitor import read_records
@@ -79,15 +93,19 @@ CPU_SETUPS = {"1r1t": (1, 1, 1, False, False), "1r2t": (1, 2, 1, False, False), 
               "2r1t_gloo": (2, 1, 1, False, False), "2p1t": (1, 1, 2, False, False)}
 # bc.py options a setup adds after everyone's (so they win): 2r1t_gloo is torch's DDP with no comm hook
 SETUP_OPTIONS = {"2r1t_gloo": ["--comm-hook", "none"]}
+# --case image and act: bc.py's policy, data and optimiser in a bare loop (benchmarks/bare_loop.py), beside 1r1t
+# and 1r2t in every round
+BARE_SETUPS = {"bare_1r1t": CPU_SETUPS["1r1t"], "bare_1r2t": CPU_SETUPS["1r2t"]}
 REALTIME_SETUPS = {f"{name}_fifo": (*CPU_SETUPS[name][:3], True, False) for name in ("1r1t", "2r1t", "2p1t")}
 # --case threads: runs that share the host with no --threads, against one run alone
 THREAD_SETUPS = {"1r1t": CPU_SETUPS["1r1t"], "2p_auto": (1, 0, 2, False, False), "2r_auto": (2, 0, 1, False, False),
                  "2a_auto": (2, 0, 1, False, True)}
 # case: (bc.py options, collect options, robots, episodes, steps, log interval), the defaults of each case
+CAMERAS = {"cameras": ("front", "wrist"), "image_size": 96}
 CASES = {
     "mlp": ([], {}, 20, 10, 300, 50),
-    "image": (["--policy", "cnn", "--inputs", "proprio+cameras", "--batch-size", "32"],
-              {"cameras": ("front", "wrist"), "image_size": 96}, 6, 5, 100, 20),
+    "image": (["--policy", "cnn", "--inputs", "proprio+cameras", "--batch-size", "32"], CAMERAS, 6, 5, 100, 20),
+    "act": (["--policy", "act", "--inputs", "proprio+cameras", "--batch-size", "8"], CAMERAS, 6, 5, 40, 10),
     "threads": ([], {}, 20, 10, 300, 50),
 }
 
@@ -126,11 +144,26 @@ def train_figures(data: Path, work: Path, ranks: int, threads: int, runs: int, r
                 job.kill()
                 job.wait()
     windows = [measured_windows(out) for out in outs]
+    amp = json.loads((outs[0] / "config.json").read_text())["config"]["optim"]["amp"]  # as the run resolved it
     shutil.rmtree(work)
     if not all(windows):
         raise ValueError(f"--steps {steps} leaves no log window after the first (log interval {log_interval})")
     slowest = min(window_figures([run])["samples_per_s"] for run in windows)
-    return window_figures(windows) | {"slowest_run_samples_per_s": slowest}
+    return window_figures(windows) | {"slowest_run_samples_per_s": slowest, "amp": amp}
+
+
+def bare_figures(data: Path, work: Path, ranks: int, threads: int, runs: int, realtime: bool, agents: bool,
+                 steps: int, log_interval: int, options: list[str]) -> dict:
+    """benchmarks/bare_loop.py on bc.py's ``options`` (1 rank, ``threads``), figures as ``train_figures``'."""
+    command = [sys.executable, "-m", "benchmarks.bare_loop", "--threads", str(threads), "--steps", str(steps),
+               "--log-interval", str(log_interval), "--", "--data", str(data), "--out", str(work), *options]
+    completed = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    if completed.returncode != 0:
+        raise RuntimeError(f"the bare loop failed ({' '.join(command)}):\n{completed.stderr[-3000:]}")
+    bare = json.loads(completed.stdout.splitlines()[-1])
+    return {"samples_per_s": bare["samples_per_s"], "sync_efficiency": 1.0, "data_wait_s": bare["data_wait_s"],
+            "compute_s": bare["seconds"] - bare["data_wait_s"], "communication_s": 0.0,
+            "slowest_run_samples_per_s": bare["samples_per_s"], "amp": bare["amp"]}
 
 
 def measured_windows(run: Path) -> list[dict]:
@@ -150,29 +183,54 @@ def window_figures(windows: list[list[dict]]) -> dict:
             "data_wait_s": data_wait, "compute_s": compute, "communication_s": communication}
 
 
-def scaling(setups: dict[str, tuple[int, int, int, bool]], data: Path, work: Path, args, ratios: dict) -> dict:
-    """Every setup once per round, back to back; the best rates and the median within-round ratios."""
-    rounds = [{name: train_figures(data, work / name, *setup, args.steps, args.log_interval,
-                                   [*args.bc_options, *SETUP_OPTIONS.get(name, [])])
-               for name, setup in setups.items()} for _ in range(args.rounds)]
+def peak_threads(setup: tuple) -> int:
+    """The threads whose matmul peak a setup's MFU is held against: all it runs (ranks x threads x runs, 0
+    threads being bc.py's share of the cores), at most the cores: 2r1t and 2p1t use both cores as 1r2t does."""
+    cores = os.cpu_count() or 1
+    ranks, threads, runs = setup[:3]
+    return min(cores, ranks * (threads or cores) * runs)
+
+
+def scaling(setups: dict[str, tuple[int, int, int, bool]], data: Path, work: Path, args, ratios: dict,
+            flops: dict | None = None) -> dict:
+    """Every setup once per round, back to back; the best rates and the median within-round ratios. With
+    ``flops`` (``policy_flops``) each round first measures the matmul peaks, and the result has each setup's
+    ``utilisation`` against them."""
+    rounds, peaks, threads = [], [], {name: peak_threads(setup) for name, setup in setups.items()}
+    for _ in range(args.rounds):
+        if flops:
+            peaks.append(machine_peaks(tuple(sorted(set(threads.values())))))
+        rounds.append({name: (bare_figures if name in BARE_SETUPS else train_figures)(
+            data, work / name, *setup, args.steps, args.log_interval,
+            [*args.bc_options, *SETUP_OPTIONS.get(name, [])]) for name, setup in setups.items()})
     best = {name: max(rounds, key=lambda r: r[name]["samples_per_s"])[name] for name in setups}
     return {
         "setups": {name: dict(zip(("ranks", "threads", "runs", "realtime", "agents"), setup))
                    for name, setup in setups.items()},
-        "best": {name: {key: round(value, 4) for key, value in figures.items()} for name, figures in best.items()},
+        "best": {name: {key: round(value, 4) if isinstance(value, float) else value for key, value in figures.items()}
+                 for name, figures in best.items()},
         "rounds": rounds,
         "ratios": {name: round(statistics.median(ratio(r) for r in rounds), 3) for name, ratio in ratios.items()},
         "data_wait_share": round(statistics.median(  # of a 2-rank step, as the ranks see it
             r["2r1t"]["data_wait_s"] / sum(r["2r1t"][k] for k in ("data_wait_s", "compute_s", "communication_s"))
             for r in rounds), 4) if "2r1t" in setups else None,
+        **({"flops_per_sample": flops, "cpu_features": cpu_features(), "peaks": peaks,
+            "utilisation": utilisation(rounds, peaks, flops["total"], threads)} if flops else {}),
     }
 
 
-def cpu_scaling(data: Path, work: Path, args, realtime: bool) -> dict:
+def rate(r: dict, name: str) -> float:
+    """A round's samples/s of setup ``name``."""
+    return r[name]["samples_per_s"]
+
+
+BARE_RATIOS = {"bc_vs_bare_1r1t": lambda r: rate(r, "1r1t") / rate(r, "bare_1r1t"),
+               "bc_vs_bare_1r2t": lambda r: rate(r, "1r2t") / rate(r, "bare_1r2t")}
+
+
+def cpu_scaling(data: Path, work: Path, args, realtime: bool, flops: dict | None = None, bare: bool = False) -> dict:
     """1r1t, 1r2t, 2r1t, 2r1t_gloo and 2p1t on CPU (gloo); with ``realtime`` also 1r1t, 2r1t and 2p1t under
-    ``chrt --fifo``."""
-    def rate(r: dict, name: str) -> float:
-        return r[name]["samples_per_s"]
+    ``chrt --fifo``; with ``bare`` the bare loop beside 1r1t and 1r2t; with ``flops`` their utilisation."""
 
     ratios = {
         "weak_scaling_efficiency": lambda r: rate(r, "2r1t") / (2 * rate(r, "1r1t")),
@@ -185,7 +243,18 @@ def cpu_scaling(data: Path, work: Path, args, realtime: bool) -> dict:
     if realtime:
         ratios |= {"weak_scaling_efficiency_fifo": lambda r: rate(r, "2r1t_fifo") / (2 * rate(r, "1r1t_fifo")),
                    "two_ranks_vs_two_processes_fifo": lambda r: rate(r, "2r1t_fifo") / rate(r, "2p1t_fifo")}
-    return scaling(CPU_SETUPS | (REALTIME_SETUPS if realtime else {}), data, work, args, ratios)
+    setups = CPU_SETUPS | (REALTIME_SETUPS if realtime else {})
+    if bare:  # each beside the setup it is held against
+        setups = {name: (setups | BARE_SETUPS)[name] for name in ("1r1t", "bare_1r1t", "1r2t", "bare_1r2t")} | setups
+        ratios |= BARE_RATIOS
+    return scaling(setups, data, work, args, ratios, flops)
+
+
+def bare_scaling(data: Path, work: Path, args, flops: dict) -> dict:
+    """--case act: one rank on 1 and 2 threads, each beside the bare loop, and their utilisation."""
+    setups = {"1r1t": CPU_SETUPS["1r1t"], "bare_1r1t": BARE_SETUPS["bare_1r1t"], "1r2t": CPU_SETUPS["1r2t"],
+              "bare_1r2t": BARE_SETUPS["bare_1r2t"]}
+    return scaling(setups, data, work, args, BARE_RATIOS, flops)
 
 
 def threads_scaling(data: Path, work: Path, args) -> dict:
@@ -211,18 +280,6 @@ def gpu_scaling(data: Path, work: Path, args) -> dict | None:
         ratios["weak_scaling_efficiency"] = lambda r: r["2gpu"]["samples_per_s"] / (2 * r["1gpu"]["samples_per_s"])
     return scaling(setups, data, work, args, ratios) | {"gpus": torch.cuda.device_count(),
                                                         "gpu": torch.cuda.get_device_name(0)}
-
-
-def threads_table(machine: dict, job: str, options: str, steps: int, scaling: dict) -> tuple[list[str], list[list]]:
-    """The header and row of the threads case's table."""
-    best, ratios = scaling["best"], scaling["ratios"]
-    header = ["date", "code", "device", "job", "bc.py options", "steps", "1 run x1 samples/s",
-              "2 runs, slowest samples/s", "each of 2 runs / 1 alone", "2 ranks standalone samples/s",
-              "2 agents samples/s", "2 agents / standalone"]
-    return header, [[machine["date"], machine["code_version"], "cpu (gloo)", job, options, steps,
-                     round(best["1r1t"]["samples_per_s"]), round(best["2p_auto"]["slowest_run_samples_per_s"]),
-                     f"{ratios['each_of_two_runs_vs_one_alone']:.2f}", round(best["2r_auto"]["samples_per_s"]),
-                     round(best["2a_auto"]["samples_per_s"]), f"{ratios['two_agents_vs_standalone']:.2f}"]]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -256,10 +313,14 @@ def main(argv: list[str] | None = None) -> dict:
             run_collection(CollectConfig(robots=args.robots, episodes=args.episodes, task=args.task, out=str(data),
                                          quiet=True, **collect_options))
         realtime = not args.no_realtime and realtime_permitted()
+        flops = None if args.case == "threads" or args.no_cpu else policy_flops(
+            ["--data", str(data), "--out", str(work / "flops"), *args.bc_options])
         if args.case == "threads":
             cpu, gpu = threads_scaling(data, work, args), None
+        elif args.case == "act":
+            cpu, gpu = bare_scaling(data, work, args, flops), None
         else:
-            cpu = None if args.no_cpu else cpu_scaling(data, work, args, realtime)
+            cpu = None if args.no_cpu else cpu_scaling(data, work, args, realtime, flops, bare=args.case == "image")
             gpu = gpu_scaling(data, work, args)
     finally:
         shutil.rmtree(work)
@@ -271,15 +332,15 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"benchmark": name, "machine": machine,
               "job": job_options(args) | {"data": str(args.data) if args.data else None},
               f"{args.case}_scaling": cpu, "gpu_scaling": gpu}
-    if args.case == "threads":
-        publish(name, result, *threads_table(machine, job, options, args.steps, cpu), args,
-                recorded=args.data is None)
+    if args.case in ("threads", "act"):
+        table = threads_table if args.case == "threads" else bare_table
+        publish(name, result, *table(machine, job, options, args.steps, cpu), args, recorded=args.data is None)
         return result
     header = ["date", "code", "device", "job", "bc.py options", "steps", "1 rank x1 samples/s", "1 rank x2 samples/s",
               "2 ranks samples/s", "2 procs samples/s", "sync eff 2 ranks", "weak scaling",
               "2 ranks gloo samples/s", "sync eff 2 ranks gloo", "weak scaling gloo", "machine 2 procs",
               "2 ranks / 2 procs", "2 ranks / 1 rank x2", "sync eff 2 ranks (fifo)", "weak scaling (fifo)",
-              "2 ranks / 2 procs (fifo)", "data wait 2 ranks"]
+              "2 ranks / 2 procs (fifo)", "data wait 2 ranks", *LIMIT_HEADER]
     rows = []
     if cpu is not None:
         best, ratios = cpu["best"], cpu["ratios"]
@@ -293,14 +354,14 @@ def main(argv: list[str] | None = None) -> dict:
                      f"{ratios['two_ranks_vs_two_threads']:.2f}",
                      *((f"{best['2r1t_fifo']['sync_efficiency']:.2f}", f"{ratios['weak_scaling_efficiency_fifo']:.2f}",
                         f"{ratios['two_ranks_vs_two_processes_fifo']:.2f}") if "2r1t_fifo" in best else ["–"] * 3),
-                     f"{cpu['data_wait_share']:.1%}"])
+                     f"{cpu['data_wait_share']:.1%}", *limit_cells(cpu)])
     if gpu is not None:
         two = gpu["best"].get("2gpu")
         two_gpus = ([round(two["samples_per_s"]), "–", f"{two['sync_efficiency']:.2f}",
                      f"{gpu['ratios']['weak_scaling_efficiency']:.2f}"] if two else ["–"] * 4)
         backend = "nccl" if two else "1 process"  # one GPU: no DDP, so no nccl either
         rows.append([machine["date"], machine["code_version"], f"{gpu['gpus']}x {gpu['gpu']} ({backend})", job, options,
-                     args.steps, round(gpu["best"]["1gpu"]["samples_per_s"]), "–", *two_gpus, *["–"] * 10])
+                     args.steps, round(gpu["best"]["1gpu"]["samples_per_s"]), "–", *two_gpus, *["–"] * 17])
     # A GPU-only run keeps its own JSON (the CPU figures stay in train_speed.json); the table is shared.
     publish(name if cpu is not None else f"{name}_gpu", result, header, rows, args, table=name,
             recorded=args.data is None)
