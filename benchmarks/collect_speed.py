@@ -12,7 +12,9 @@ is then 4 x 4, as rendering 2 cameras at 96 px takes ~10 ms a step on llvmpipe.
 - ``collect_1w`` / ``collect_2w``: ``collect`` on a LocalCluster of 1 and 2 workers,
   writing zarr shards (timed from the first submit to the manifest written, so the
   cluster's start and stop are excluded, as the limit excludes spawning its processes;
-  they are reported apart).
+  they are reported apart). ``collect_1w_lost`` in the JSON splits what ``collect_1w``
+  loses against the limit into writing the stores, the engine outside the robot tasks,
+  and the rest (recording, running as a dask task).
 - ``vector_2env``: the collector a user would write with gymnasium's
   ``AsyncVectorEnv`` (2 sub-processes, lock-step), writing the same shards. Its
   sub-processes are spawned (a fork of a process that has rendered can hang in its
@@ -54,7 +56,7 @@ import numpy as np
 from benchmarks.common import (benchmark_parser, bracketed, in_processes, job_options, machine_facts, median_ratio,
                                publish)
 from collect import CollectConfig
-from collect.engine import run_collection
+from collect.engine import CollectionSummary, run_collection
 from collect.worker import to_features
 from dataset import writer
 from dataset.schema import features_of
@@ -96,14 +98,15 @@ def bracketed_by_limit(job: CollectConfig, processes: int, setup: Callable[[], f
     return bracketed(setup, lambda half: measure_limit(job, list(range(half, job.robots, 2)), processes))
 
 
-def measure_collect(job: CollectConfig, workers: int, cluster_seconds: list[float]) -> float:
-    """Steps per second of ``collect`` on a fresh LocalCluster; its start and stop go to ``cluster_seconds``."""
+def measure_collect(job: CollectConfig, workers: int, summaries: list[CollectionSummary]) -> float:
+    """Steps per second of ``collect`` on a fresh LocalCluster; its summary (cluster start and stop, each
+    robot task's seconds) goes to ``summaries``."""
     out = Path(tempfile.mkdtemp(prefix="robofleet-bench-"))
     try:
         summary = run_collection(replace(job, out=str(out / "fleet"), workers=workers))
     finally:
         shutil.rmtree(out)
-    cluster_seconds.append(summary.cluster_seconds)
+    summaries.append(summary)
     return summary.steps / summary.wall_seconds
 
 
@@ -182,6 +185,19 @@ def measure_vector(job: CollectConfig, features: dict, num_envs: int = 2) -> flo
         shutil.rmtree(out)
 
 
+def collect_1w_lost(rounds: list[dict[str, float]], summaries: list[CollectionSummary]) -> dict[str, float]:
+    """What ``collect_1w`` lost against the limit, as shares of a ``collect_1w`` step (medians over rounds):
+    ``lost`` in all, ``writing`` the stores (``write_crc32c``'s time a step), ``outside_tasks`` (the
+    engine: manifests, scheduling, results; the wall time not in any robot task), and ``rest``, what
+    is left: recording the frames and running as a dask task."""
+    lost = [1 - r["collect_1w"] / r["limit"] for r in rounds]
+    writing = [r["collect_1w"] / r["write_crc32c"] for r in rounds]
+    outside = [1 - sum(report.seconds for report in s.reports) / s.wall_seconds for s in summaries]
+    shares = {"lost": lost, "writing": writing, "outside_tasks": outside,
+              "rest": [a - b - c for a, b, c in zip(lost, writing, outside)]}
+    return {name: round(float(np.median(values)), 4) for name, values in shares.items()}
+
+
 def recorded_episodes(job: CollectConfig, robot_ids: list[int]) -> tuple[dict, dict[int, list[EpisodeRecord]]]:
     """(features, robot id -> its job's episodes as collect records them)."""
     spec, recorded = sim.resolve_task(job.task), {}
@@ -250,13 +266,13 @@ def main(argv: list[str] | None = None) -> dict:
     recorded_steps = sum(len(next(iter(e.frames.values()))) for episodes in recorded.values() for e in episodes)
 
     rounds: list[dict[str, float]] = []
-    cluster = []
+    summaries: dict[int, list[CollectionSummary]] = {1: [], 2: []}  # by workers
     for _ in range(args.rounds):
         rates = {}
         rates["collect_1w"], rates["limit"] = bracketed_by_limit(
-            job, processes=1, setup=lambda: measure_collect(job, workers=1, cluster_seconds=cluster))
+            job, processes=1, setup=lambda: measure_collect(job, workers=1, summaries=summaries[1]))
         rates["collect_2w"], rates["limit_2proc"] = bracketed_by_limit(
-            job, processes=2, setup=lambda: measure_collect(job, workers=2, cluster_seconds=cluster))
+            job, processes=2, setup=lambda: measure_collect(job, workers=2, summaries=summaries[2]))
         rates["vector_2env"] = measure_vector(job, features)
         # Writing alone, with crc32c on every chunk and without: steps written per second.
         rates["write_crc32c"] = recorded_steps / write_seconds(features, recorded, checksums=True)
@@ -282,7 +298,8 @@ def main(argv: list[str] | None = None) -> dict:
         "benchmark": "collect_speed", "machine": machine, "job": job_options(args),
         "steps_per_s_best": {name: round(rate) for name, rate in best.items()},
         "steps_per_s_rounds": [{name: round(rate) for name, rate in r.items()} for r in rounds],
-        "cluster_start_stop_s": round(float(np.median(cluster)), 2),
+        "cluster_start_stop_s": round(float(np.median([s.cluster_seconds for s in summaries[1] + summaries[2]])), 2),
+        "collect_1w_lost": collect_1w_lost(rounds, summaries[1]),
         "ratios": {name: round(value, 3) for name, value in ratios.items()},
         "checksums": checksums,
     }

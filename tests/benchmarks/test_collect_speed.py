@@ -33,4 +33,5 @@ def test_the_camera_case_finishes_and_reports_every_setup(tmp_path):
     assert set(result["steps_per_s_best"]) == SETUPS
     assert all(rate > 0 for rate in result["steps_per_s_best"].values())
     assert all(value > 0 for value in result["ratios"].values())
+    assert set(result["collect_1w_lost"]) == {"lost", "writing", "outside_tasks", "rest"}
     assert f"wrote {out}" in stdout
