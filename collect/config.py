@@ -6,6 +6,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from core.options import check_options
+from sim.fleet import TEST_ROBOTS
 
 # Fields that change how episodes are made: a rerun into the same OUT must match them.
 # (robots and episodes may grow; workers, scheduler and output options may change freely.)
@@ -39,6 +40,8 @@ class CollectConfig:
         check_options(self, ("robots", "episodes", "workers", "image_size", "flush_frames"),
                       lambda value: value >= 1, "must be at least 1")
         check_options(self, ("seed",), lambda value: value >= 0, "must not be negative")
+        check_options(self, ("robots",), lambda value: value <= TEST_ROBOTS,
+                      f"must be at most {TEST_ROBOTS:,}: robot ids from there on are the test split's held-out block")
         self.cameras = tuple(dict.fromkeys(self.cameras))  # once each: a rerun naming a camera twice matches
 
     def data_config(self) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.metadata
 import json
 import os
@@ -48,3 +49,12 @@ def write_json_atomic(path: Path, content: dict) -> None:
         json.dump(content, file, indent=2)
         file.write("\n")
     os.replace(temporary, path)
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of the file at ``path``, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()

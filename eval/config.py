@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 
-from core.options import check_options
+from core.options import check_choices, check_options
+from eval.split import SPLITS
 
 
 @dataclass
@@ -20,6 +21,14 @@ class EvalConfig:
     episode_offset: int = field(default=0, metadata={
         "help": "first held-out episode index per robot: a range past the reported one (e.g. 1000) tunes "
                 "settings such as --n-action-steps without touching the seeds a result is reported on"})
+    split: str = field(default="dev", metadata={
+        "help": "dev (every choice is made here) or test (reported figures only: its own seed stream and the held-out "
+                "robots from 1,000,000 on; every test evaluation is logged in --ledger)"})
+    question: str | None = field(default=None, metadata={
+        "help": "with --split test: the question this evaluation answers, counted in the ledger (default: the "
+                "checkpoint's weights digest and the task)"})
+    ledger: str = field(default="runs/test_ledger.jsonl", metadata={
+        "help": "with --split test: the ledger every test evaluation appends a line to"})
     task: str | None = field(default=None, metadata={
         "help": "task (default: the checkpoint's; checked against it). A plug-in module:attr the checkpoint names is "
                 "imported only when given here: a file names code, only your command line imports it"})
@@ -49,6 +58,9 @@ class EvalConfig:
         check_options(self, ("robot_offset", "episode_offset", "videos"), lambda value: value >= 0, "must be at least 0")
         if self.seed is not None:
             check_options(self, ("seed",), lambda value: value >= 0, "must not be negative")
+        check_choices(self, {"split": SPLITS})
+        if self.split == "dev" and self.question is not None:
+            raise ValueError("--question names what a test evaluation answers: it needs --split test")
         if self.expert and self.compare:
             raise ValueError("--expert evaluates the expert alone and --compare evaluates both: choose one")
         if self.checkpoint is None and not (self.expert and self.task):

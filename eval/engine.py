@@ -22,8 +22,9 @@ from distributed import as_completed
 
 from collect.engine import TASK_RETRIES
 from core.cluster import dask_client
-from core.files import code_version
+from core.files import code_version, repo_relative
 from core.progress import progress_bar
+from eval import ledger
 from eval.config import EvalConfig
 from eval.output import publish, staging, write_outputs
 from eval.plan import PINNED_CHECKPOINT, EvalPlan, make_plan, pin_checkpoint
@@ -69,6 +70,17 @@ def run_jobs(config: EvalConfig, jobs: list[RobotJob]) -> tuple[list[dict], floa
     return records, eval_s
 
 
+def record_test_evaluation(config: EvalConfig, plan: EvalPlan, info: dict, out: Path) -> dict:
+    """The ledger's line for a test evaluation, appended; its question and count, for eval_info.json."""
+    digest = (plan.checkpoint_info or {}).get("sha256")
+    question = config.question or ledger.default_question(digest, plan.task_name)
+    count = ledger.record(Path(config.ledger), {
+        "question": question, "checkpoint_sha256": digest, "store_manifest_sha256": plan.store_manifest_sha256,
+        "task": plan.task_name, "config": config.to_dict(), "robots": [p.robot_id for p in plan.robots],
+        "episodes": config.episodes, "pc_success": info["fleet"]["pc_success"], "out": repo_relative(out)})
+    return {"question": question, "test_evaluations": count}
+
+
 def run_evaluation(config: EvalConfig) -> dict:
     """Evaluate, write EVAL (config.out) and return the eval_info dict.
 
@@ -77,6 +89,8 @@ def run_evaluation(config: EvalConfig) -> dict:
     """
     plan = make_plan(config)
     out = Path(config.out)
+    if config.split == "test":
+        ledger.entries(Path(config.ledger))  # a damaged ledger stops the run before it starts
     with staging(out, config.overwrite) as directory:
         pinned = pin_checkpoint(plan, directory)
         records, eval_s = run_jobs(config, make_jobs(config, pinned, directory / "videos"))
@@ -94,6 +108,8 @@ def run_evaluation(config: EvalConfig) -> dict:
             "checkpoint": plan.checkpoint_info,
             "code_version": code_version(),
         })
+        if config.split == "test":  # before publishing: a publish that fails can only overcount
+            info.update(record_test_evaluation(config, plan, info, out))
         write_outputs(directory, info)
         publish(directory, out)
     return info

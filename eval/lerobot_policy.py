@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from core.files import file_sha256
 from dataset.inputs import is_image
 from train.augment import images_to_model
 from train.checkpoint import Checkpoint
@@ -85,7 +86,8 @@ def describe_lerobot_policy(path: str | Path) -> Checkpoint:
     return Checkpoint(spec=spec, weights={}, stats={}, format="lerobot", path=path,
                       features={**{name: {"shape": shape} for name, shape in env_shapes.items()},
                                 "action": {"shape": list(action_shape)}},
-                      task=task, identity={"seed": manifest.get("seed")}, step=int(step) if step.isdigit() else None)
+                      task=task, identity={"seed": manifest.get("seed")}, step=int(step) if step.isdigit() else None,
+                      weights_sha256=file_sha256(path / "model.safetensors"))
 
 
 def lerobot_batch(observations: list[dict], names: list[str] | None = None) -> dict[str, torch.Tensor]:

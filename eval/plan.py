@@ -5,10 +5,10 @@
 gives each one its held-out episode seeds. Every problem is a ``ValueError`` with a
 one-line message, raised before a worker starts or a file is written.
 
-**Held-out seeds.** Episode ``i`` of robot ``r`` runs with
-``episode_seed(fleet_seed, r, i, stream="evaluate")``, i from ``--episode-offset`` (0; a
-range past the reported one is a validation set); collection uses the ``collect``
-stream, so the seeds differ by construction. When the training collection is still on
+**Held-out seeds.** Episode ``i`` of robot ``r`` runs with the seed of its split
+(``eval.split.split_seed``: the ``evaluate`` stream for dev, the ``test`` stream for test),
+i from ``--episode-offset`` (0); collection uses the ``collect`` stream, so the seeds
+differ by construction. When the training collection is still on
 disk (the checkpoint records its path), the seeds are also checked against the seeds it
 actually holds (``meta/episode_seed``), and one that was trained on is skipped.
 """
@@ -22,19 +22,20 @@ from pathlib import Path
 import torch
 
 from core.errors import one_line, warn
-from core.files import from_repo, repo_relative
+from core.files import file_sha256, from_repo, repo_relative
 from dataset import FleetStore
 from dataset.chunks import DataError, read_rows
+from dataset.manifest import MANIFEST
 from dataset.inputs import IMAGE_PREFIX, PRIVILEGED_FEATURE, camera_names
 from dataset.schema import features_of
 from eval.config import EvalConfig
 from eval.lerobot_policy import LeRobotAgent, describe_lerobot_policy, is_lerobot_pretrained
-from sim.fleet import RobotProfile, episode_seed, make_robot
+from eval.split import check_robots, describe, split_seed
+from sim.fleet import RobotProfile, make_robot
 from sim.tasks import recorded_task, resolve_task
 from train.checkpoint import Checkpoint, open_checkpoint
 from train.policies.policy import PolicySpec
 
-SEED_STREAM = "evaluate"
 PINNED_CHECKPOINT = ".checkpoint"  # in the staging folder: the workers' copy, removed before the output is published
 
 
@@ -53,13 +54,16 @@ class EvalPlan:
     seeds: dict[int, list[int]]  # robot id -> its episodes' seeds
     training_robots: list[int] | None  # robots it trained on (collection and rounds), when they are on disk
     held_out: str  # how the seeds are known to be held out
+    split: str = "dev"
+    store_manifest_sha256: str | None = None  # of the training collection's manifest.json, where it is on disk
     loaded: Checkpoint | None = None  # the checkpoint as read and verified, which the workers' copy is made of
 
     def to_dict(self) -> dict:
         """The resolved facts recorded in eval_info.json."""
         return {"task": self.task_name, "cameras": list(self.cameras), "image_size": self.image_size,
                 "fps": self.fps, "fleet_seed": self.fleet_seed, "fleet_seed_from": self.seeds_from,
-                "seed_stream": SEED_STREAM, "held_out": self.held_out,
+                "split": self.split, "held_out": self.held_out,
+                "store_manifest_sha256": self.store_manifest_sha256,
                 "robot_ids": [p.robot_id for p in self.robots], "training_robots": self.training_robots,
                 "unseen_robots": None if self.training_robots is None else
                 [p.robot_id for p in self.robots if p.robot_id not in set(self.training_robots)]}
@@ -216,11 +220,11 @@ def _fleet_seed(config: EvalConfig, checkpoint: Checkpoint | None, store: FleetS
 
 
 def held_out_seeds(fleet_seed: int, robot_id: int, episodes: int, exclude: set[int] = frozenset(),
-                   first: int = 0) -> list[int]:
-    """``episodes`` seeds of the evaluation stream for one robot from index ``first`` on, skipping any in ``exclude``."""
+                   first: int = 0, split: str = "dev") -> list[int]:
+    """``episodes`` seeds of ``split`` for one robot from index ``first`` on, skipping any in ``exclude``."""
     seeds, index = [], first
     while len(seeds) < episodes:
-        seed = episode_seed(fleet_seed, robot_id, index, stream=SEED_STREAM)
+        seed = split_seed(split, fleet_seed, robot_id, index)
         if seed not in exclude:
             seeds.append(seed)
         index += 1
@@ -231,6 +235,7 @@ def make_plan(config: EvalConfig) -> EvalPlan:
     """Check the checkpoint against the task and env, and settle robots and seeds (see the module docstring)."""
     if config.device == "cuda" and config.scheduler is None and not torch.cuda.is_available():
         raise ValueError("--device cuda: torch finds no CUDA GPU on this machine; use --device cpu (or auto)")
+    check_robots(config.split, config.robot_offset, config.robots)
     checkpoint = _load(config.checkpoint, config.n_action_steps, config.max_parameters) if config.checkpoint else None
     task, spec = _task(config, checkpoint)
     cameras, image_size = _cameras(checkpoint)
@@ -257,15 +262,16 @@ def make_plan(config: EvalConfig) -> EvalPlan:
     same_fleet = store is not None and store.manifest is not None and store.manifest.get("seed") == fleet_seed
     seeds = {p.robot_id: held_out_seeds(fleet_seed, p.robot_id, config.episodes,
                                         trained_seeds(store, p.robot_id) if same_fleet else set(),
-                                        first=config.episode_offset)
+                                        first=config.episode_offset, split=config.split)
              for p in robots}
-    held_out = ("evaluate seed stream, checked against the training collection's seeds" if same_fleet
-                else "evaluate seed stream (disjoint from the collect stream)")
+    held_out = describe(config.split) + (", checked against the training collection's seeds" if same_fleet
+                                         else " (disjoint from the collect stream)")
     if config.episode_offset:
         held_out += f", episodes from {config.episode_offset} on"
     info = None
     if checkpoint is not None:
-        info = {"path": repo_relative(checkpoint.path), "format": checkpoint.format, "step": checkpoint.step,
+        info = {"path": repo_relative(checkpoint.path), "sha256": checkpoint.weights_sha256,
+                "format": checkpoint.format, "step": checkpoint.step,
                 "code_version": checkpoint.code_version, "task": checkpoint.task, "policy": checkpoint.spec.kind,
                 "inputs": checkpoint.spec.inputs, "features": list(checkpoint.spec.features), "data": checkpoint.data,
                 "n_action_steps": config.n_action_steps or checkpoint.spec.n_action_steps,
@@ -275,4 +281,5 @@ def make_plan(config: EvalConfig) -> EvalPlan:
                     cameras=cameras, image_size=image_size, fps=fps, fleet_seed=fleet_seed, seeds_from=seeds_from,
                     robots=robots, seeds=seeds,
                     training_robots=training_robots(checkpoint, store, fleet_seed) if same_fleet else None,
-                    held_out=held_out, loaded=checkpoint)
+                    held_out=held_out, split=config.split, loaded=checkpoint,
+                    store_manifest_sha256=file_sha256(store.path / MANIFEST) if store is not None else None)

@@ -114,8 +114,10 @@ def headline(info: dict) -> str:
         features = checkpoint.get("features", [])
         listed = f" ({', '.join(features)})" if features and "+".join(features) != checkpoint["inputs"] else ""
         reads = f"; reads {checkpoint['inputs']}{listed}"
+    tested = (f"; test evaluation {info['test_evaluations']} of the question {info['question']!r} in the ledger"
+              if "test_evaluations" in info else "")
     return (f"{info['agent']} on {info['task']}: {info['fleet']['n_robots']} robots x {info['config']['episodes']} "
-            f"episodes{reads}; seeds: {info['setup']['held_out']}")
+            f"episodes{reads}; seeds: {info['setup']['held_out']}{tested}")
 
 
 def format_table(info: dict) -> str:

@@ -152,7 +152,10 @@ def default_profile() -> RobotProfile:
     return make_robot(0, 0)
 
 
-SEED_STREAMS = {"collect": 0, "evaluate": 1, "demo": 2, "dagger": 3, "fleet": 4}
+SEED_STREAMS = {"collect": 0, "evaluate": 1, "demo": 2, "dagger": 3, "fleet": 4, "test": 5}
+# Robot ids from here on are the test split's held-out block (eval/split.py): no collection, rollout or dev
+# evaluation uses them.
+TEST_ROBOTS = 1_000_000
 
 
 def episode_seed(fleet_seed: int, robot_id: int, episode: int, stream: str = "collect", round: int = 0) -> int:

@@ -125,6 +125,7 @@ class Checkpoint:
     code_version: str | None = None
     personal: dict[int, State] = field(default_factory=dict)  # robot id -> the weights it keeps to itself
     training: dict | None = None
+    weights_sha256: str | None = None  # of model.safetensors, as verified when read
     format: str = "robofleet"
     path: Path | None = None  # where it was read from
 
@@ -236,7 +237,8 @@ class Checkpoint:
                    epoch=description.get("epoch", 0), config=description.get("config") or {},
                    data=description.get("data"), more_data=_paths(description.get("more_data"), directory),
                    identity=description.get("identity"), collections=_collections(description, directory),
-                   code_version=description.get("code_version"), training=state, path=directory.resolve())
+                   code_version=description.get("code_version"), training=state, path=directory.resolve(),
+                   weights_sha256=_file_record(directory, WEIGHTS, description["files"][WEIGHTS])[0])
 
     def save(self, run: Path, keep: int = 3) -> Path:
         """Write this as the checkpoint of its step in ``run``, point ``last`` at it, prune old ones."""
@@ -280,6 +282,16 @@ def _load_weights_only(data: bytes) -> dict:
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 
 
+def _file_record(directory: Path, name: str, recorded) -> tuple[str, int | None]:
+    """The sha256 and size (None: not recorded) ``checkpoint.json`` records for file ``name``."""
+    # older checkpoints record the sha256 alone
+    expected, size = (recorded, None) if isinstance(recorded, str) else (
+        (recorded.get("sha256"), recorded.get("bytes")) if isinstance(recorded, dict) else (None, None))
+    if not isinstance(expected, str) or not (size is None or type(size) is int):
+        raise ValueError(f"{directory / DESCRIPTION} is damaged: its record of {name} is not a sha256 and a size")
+    return expected, size
+
+
 def _read_file(directory: Path, name: str, description: dict, decode):
     """One of the checkpoint's files, read bounded by its recorded size (``core.untrusted``), checked
     against its recorded sha256 and decoded; a one-line ValueError."""
@@ -288,11 +300,7 @@ def _read_file(directory: Path, name: str, description: dict, decode):
     if recorded is None:
         raise ValueError(f"{directory} has no {name}: it was not written for a resume" if name == TRAINING_STATE
                          else f"{directory / DESCRIPTION} records no checksum for {name}")
-    # older checkpoints record the sha256 alone
-    expected, size = (recorded, None) if isinstance(recorded, str) else (
-        (recorded.get("sha256"), recorded.get("bytes")) if isinstance(recorded, dict) else (None, None))
-    if not isinstance(expected, str) or not (size is None or type(size) is int):
-        raise ValueError(f"{directory / DESCRIPTION} is damaged: its record of {name} is not a sha256 and a size")
+    expected, size = _file_record(directory, name, recorded)
     data = read_untrusted(path, run_directory(directory), size)
     if _sha256(data) != expected:
         raise ValueError(f"{path} is damaged: its sha256 does not match the one {DESCRIPTION} records")

@@ -310,7 +310,7 @@ def test_bad_checkpoints_and_options_are_refused(checkpoint, tmp_path, capsys, a
 def test_a_given_or_recorded_fleet_seed_stands_in_for_a_collection_that_is_gone(checkpoint, tmp_path):
     plan = make_plan(EvalConfig(checkpoint=str(_collection_moved(checkpoint, tmp_path)[1]), robots=1, seed=0))
     assert (plan.fleet_seed, plan.seeds_from) == (0, "--seed")
-    assert plan.held_out == "evaluate seed stream (disjoint from the collect stream)"
+    assert plan.held_out == "dev split: evaluate seed stream (disjoint from the collect stream)"
     recorded = _collection_moved(checkpoint, tmp_path / "recorded", recorded=True)[1]
     plan = make_plan(EvalConfig(checkpoint=str(recorded), robots=1))
     assert (plan.fleet_seed, plan.seeds_from) == (0, "the checkpoint's record of its training collection")
