@@ -9,7 +9,7 @@ import sys
 import pytest
 
 SETUPS = {"limit", "limit_2proc", "collect_1w", "collect_2w", "vector_2env", "write_crc32c", "write_no_checksum"}
-# About 30 s on 2 cores; a setup that hangs (AsyncVectorEnv's workers forked after rendering did) fails here.
+# 30 to 60 s on the 2-core VM; a setup that hangs (AsyncVectorEnv's workers forked after rendering did) fails here.
 TIMEOUT_S = 240
 
 
