@@ -149,6 +149,9 @@ def _check_options(stage: Stage) -> None:
                              "test evaluations take the declaration's question and the runner's --ledger)")
         if option not in known:
             raise ValueError(f"stage {stage.name}: {stage.kind} has no option {option!r}")
+        values = stage.options[option] if isinstance(stage.options[option], list) else [stage.options[option]]
+        if not all(isinstance(value, (str, int, float)) for value in values):
+            raise ValueError(f"stage {stage.name} option {option} is not a string, number, boolean or list of them")
 
 
 def placeholders(value) -> list[str]:

@@ -109,7 +109,7 @@ def run_declaration(declaration: Declaration, declaration_path: Path, work: Path
                 print(f"{stage.name}: finished before, skipped")
             else:
                 command = stage_command(stage, outputs, declaration.question, repo_relative(ledger))
-                _run_stage(stage, command, Path(REPO / outputs[stage.name]), records, logs, declaration.question)
+                _run_stage(stage, command, REPO / outputs[stage.name], records, logs, declaration.question)
     return written
 
 
