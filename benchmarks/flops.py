@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-BF16_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16")  # /proc/cpuinfo flags of bfloat16 hardware
+from train.precision import cpu_bf16_units
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -78,14 +79,9 @@ def machine_peaks(thread_counts: tuple[int, ...], seconds: float = 1.0) -> dict[
 
 
 def cpu_features(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
-    """What the CPU offers matmuls: torch's kernel level (``get_cpu_capability``) and the bfloat16 flags seen."""
-    flags = set()
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    seen = [flag for flag in BF16_FLAGS if flag in flags]
+    """What the CPU offers matmuls: torch's kernel level (``get_cpu_capability``) and the bfloat16 units seen
+    (train/precision.py's reading of the CPU flags, which ``--amp auto`` decides by)."""
+    seen = list(cpu_bf16_units(cpuinfo))
     return {"torch_capability": torch.backends.cpu.get_cpu_capability(), "bf16_flags": seen,
             "bf16_hardware": bool(seen)}
 

@@ -11,7 +11,6 @@ trained with.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import torch
@@ -19,7 +18,6 @@ import torch
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 
 
-@functools.cache
 def cpu_bf16_units(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, ...]:
     """The bfloat16 units this CPU reports (``BF16_CPU_FLAGS`` among its flags); none where it says nothing."""
     try:
