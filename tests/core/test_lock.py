@@ -34,10 +34,14 @@ command, fork, *directories = sys.argv[1:]
 with contextlib.ExitStack() as stack:
     for directory in directories:
         stack.enter_context(output_lock(directory, command))
+    started = os.pipe()
     child = os.fork() if fork == "fork" else None  # a child that may outlive the holder, as a DataLoader worker
     if child == 0:
+        os.write(started[1], b"1")  # the fork's hooks have run: the child's copy of each lock is closed
         time.sleep(600)
         os._exit(0)
+    if child:
+        os.read(started[0], 1)
     print(child, flush=True)
     time.sleep(600)
 """
