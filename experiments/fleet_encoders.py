@@ -34,7 +34,7 @@ from core.options import parse_config
 from dataset import FleetStore
 from dataset.episodes import select_episodes
 from experiments.fleet_learning import FleetLearningConfig, accounted_rounds, evaluated, run_accounts_of
-from experiments.fleet_learning_report import bc_frames_for, bc_points, goal_curve
+from experiments.fleet_learning_report import bc_bracket, bc_frames_for, bc_points, goal_curve
 from experiments.full_run import StageClock, trained_step
 from train.encoder_pretrain import DESCRIPTION, RESUME
 from train.fleet_learn import round_directory
@@ -115,10 +115,12 @@ def behaviour_cloning_curve(config: FleetEncodersConfig, seed: FleetStore) -> li
 def goal_measure(over_expert: float, frames: int, curve: list[dict]) -> dict:
     """The goal's measure of policies at ``over_expert`` (the mean of their seeds' success over the expert's) from
     ``frames`` expert-labelled frames: the frames behaviour cloning needs for it on ``curve``, and ``frames`` as a
-    share of them (both None off the curve)."""
+    share of them, and the two measured BC points they lie between (all None off the curve)."""
     needed = bc_frames_for(over_expert, curve)
+    bracket = bc_bracket(over_expert, curve)
     return {"over_expert": round(over_expert, 4), "bc_frames": needed and round(needed),
-            "share_of_bc": needed and round(frames / needed, 4)}
+            "share_of_bc": needed and round(frames / needed, 4),
+            "bc_bracket": bracket and [round(point["frames"]) for point in bracket]}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -147,6 +149,8 @@ def main(argv: list[str] | None = None) -> dict:
               f"held-out robots {seed['held_out']['fleet']['pc_success']:.1f}%")
     print(f"mean {result['mean_success']:.1f}% from {result['expert_labelled_frames']:,} expert-labelled frames"
           + (f": {goal['share_of_bc']:.1%} of the {goal['bc_frames']:,} behaviour cloning needs for it"
+             + (f" (between its measured {goal['bc_bracket'][0]:,} and {goal['bc_bracket'][1]:,})"
+                if goal.get("bc_bracket") else "")
              if goal["bc_frames"] else ", off behaviour cloning's curve"))
     return result
 

@@ -81,18 +81,27 @@ def mean_over_seeds(by_seed: dict[int, dict]) -> dict:
             "success": sum(point["over_expert"] for point in seeds) / len(seeds), "seeds": len(seeds)}
 
 
+def bc_bracket(success: float, points: list[dict]) -> tuple[dict, dict] | None:
+    """The two neighbouring measured BC ``points`` whose successes bracket ``success``; None beyond the curve's ends
+    (a share is read only between measured points, never extrapolated)."""
+    points = sorted(points, key=lambda point: point["frames"])
+    return next(((low, high) for low, high in zip(points, points[1:]) if low["success"] <= success <= high["success"]),
+                None)
+
+
 def bc_frames_for(success: float, points: list[dict]) -> float | None:
     """The expert-labelled frames BC needs for ``success`` (over the expert), read off its ``points`` as a power law
-    in the error (1 - success) between the two neighbouring points that bracket it; None outside the curve."""
-    points = sorted(points, key=lambda point: point["frames"])
-    for low, high in zip(points, points[1:]):
-        if low["success"] <= success <= high["success"]:
-            if success == high["success"]:
-                return float(high["frames"])
-            errors = [max(1.0 - value, 1e-3) for value in (low["success"], high["success"], success)]
-            exponent = math.log(high["frames"] / low["frames"]) / math.log(errors[1] / errors[0])
-            return low["frames"] * (errors[2] / errors[0]) ** exponent
-    return None
+    in the error (1 - success) between the two neighbouring points that bracket it (``bc_bracket``); None outside
+    the curve."""
+    bracket = bc_bracket(success, points)
+    if bracket is None:
+        return None
+    low, high = bracket
+    if success == high["success"]:
+        return float(high["frames"])
+    errors = [max(1.0 - value, 1e-3) for value in (low["success"], high["success"], success)]
+    exponent = math.log(high["frames"] / low["frames"]) / math.log(errors[1] / errors[0])
+    return low["frames"] * (errors[2] / errors[0]) ** exponent
 
 
 def goal_curve(bc: dict[str, list[dict]]) -> list[dict]:
@@ -120,6 +129,8 @@ def rows(runs: dict, expert: dict, curve: list[dict]) -> list[dict]:
                                          ("episodes", "success", "autonomy", "handovers", "labelled", "rohe")}})
             needed = bc_frames_for(table[-1]["over_expert"], curve)
             table[-1]["bc_frames"] = needed and round(needed)
+            bracket = bc_bracket(table[-1]["over_expert"], curve)
+            table[-1]["bc_bracket"] = bracket and [round(point["frames"]) for point in bracket]
             table[-1]["share_of_bc"] = account.get("labelled_so_far") / needed \
                 if needed and account.get("labelled_so_far") else None
             if "held_out" in evaluation and "held_out" in expert:
@@ -203,7 +214,9 @@ def markdown(config: dict, table: list[dict], expert: dict, command: str, machin
         held_out = row.get("held_out")
         held_out = f"{held_out['success']:.1f}% [{held_out['ci95'][0]:.0f}, {held_out['ci95'][1]:.0f}]" if held_out \
             else "-"
-        needed = f"{row['bc_frames']:,} ({row['share_of_bc']:.0%})" if row.get("share_of_bc") else "-"
+        needed = (f"{row['bc_frames']:,} ({row['share_of_bc']:.0%}; between BC's {row['bc_bracket'][0]:,} and "
+                  f"{row['bc_bracket'][1]:,})" if row.get("share_of_bc") else "- (beyond BC's measured points)"
+                  if row.get("labelled_so_far") else "-")
         lines.append(f"| {row['gate']} | {row['round']} | {row['step']} | {row['labelled_so_far']} | "
                      f"{row['success']:.1f}% [{row['ci95'][0]:.0f}, {row['ci95'][1]:.0f}] | {row['over_expert']:.2f} | "
                      f"{sites} | {held_out} | {needed} | {shown} |")

@@ -10,8 +10,8 @@ from core.files import REPO
 from core.options import parse_config
 from experiments import fleet_learning
 from experiments.fleet_learning import FleetLearningConfig, arm_directory, fleet_learn_command, training_options
-from experiments.fleet_learning_report import (bc_frames_for, bc_points, check_results_are_its_own, code_words,
-                                               fresh_training, goal_curve, handover_limit_words, head_words)
+from experiments.fleet_learning_report import (bc_bracket, bc_frames_for, bc_points, check_results_are_its_own,
+                                               code_words, fresh_training, goal_curve, handover_limit_words, head_words)
 from train.config import TrainConfig
 from train.fleet_learn import FleetLearnConfig
 
@@ -156,6 +156,7 @@ def test_bc_frames_for_a_success_are_read_off_the_curve_between_its_neighbours()
     between = [{"frames": 1000, "success": 0.8}, {"frames": 4000, "success": 0.95}]
     assert bc_frames_for(0.9, between) == pytest.approx(2000)  # error 0.2 -> 0.05 over 4x frames: 0.1 at 2x
     assert bc_frames_for(0.2, curve) is None and bc_frames_for(0.995, curve) is None  # off the curve
+    assert bc_bracket(0.9, between) == (between[0], between[1]) and bc_bracket(0.96, between) is None
     needs = [bc_frames_for(success, curve) for success in (0.5, 0.7, 0.9, 0.95, 0.98)]
     assert needs == sorted(needs)  # more success, more frames
     assert goal_curve(bc_points("push", 40.0, "visuomotor")) == bc_points("push", 40.0, "visuomotor")["full_run"]
