@@ -38,7 +38,7 @@ from benchmarks.act_vs_lerobot import lerobot_command, lerobot_env, lerobot_shel
 from benchmarks.common import machine_facts, write_results
 from core.files import repo_relative
 from core.options import check_options, parse_config
-from experiments.common import write_section
+from experiments.render import write
 from experiments.full_run import StageClock, evaluate_command, finished_evaluation, percent, seeds_of, trained_step
 from sim.fleet import SITES
 
@@ -95,13 +95,16 @@ def row(name: str, info: dict, seconds: float | None, steps: int) -> dict:
             "per_site": {site: info["per_site"][site]["pc_success"] for site in SITES if site in info["per_site"]}}
 
 
-def table(rows: list[dict], facts: dict, command: str, config: SideBySideConfig, lerobot_train: str) -> str:
-    inputs = (f"proprio + {' + '.join(config.cameras)} cameras at {config.image_size} px" if config.cameras
+def section_text(result: dict) -> str:
+    """The docs section of a results file: its rows under the experiment's and lerobot-train's commands."""
+    rows, facts, command, lerobot_train = result["rows"], result["machine"], result["command"], result["lerobot_command"]
+    config = result["config"]
+    inputs = (f"proprio + {' + '.join(config['cameras'])} cameras at {config['image_size']} px" if config["cameras"]
               else "state")
     lines = [f"Measured {facts['date']} on {facts['cores']} cores ({facts['device']}), code {facts['code_version']}: "
-             f"{config.task} from {inputs}, {config.robots} robots x {config.episodes} demos, ACT (small) for "
-             f"{config.steps} steps at batch {config.batch_size}, peak lr {config.lr:g}; {config.eval_robots} robots x "
-             f"{config.eval_episodes} held-out episodes, all on the same seeds. The experiment, and the lerobot-train "
+             f"{config['task']} from {inputs}, {config['robots']} robots x {config['episodes']} demos, ACT (small) for "
+             f"{config['steps']} steps at batch {config['batch_size']}, peak lr {config['lr']:g}; {config['eval_robots']} robots x "
+             f"{config['eval_episodes']} held-out episodes, all on the same seeds. The experiment, and the lerobot-train "
              "command it ran:", "", "```bash", command, lerobot_train, "```", "",
              "| trainer | training wall-clock | steps/s (wall-clock) | success | " + " | ".join(SITES) + " |",
              "|---|---|---|---|" + "---|" * len(SITES)]
@@ -111,6 +114,13 @@ def table(rows: list[dict], facts: dict, command: str, config: SideBySideConfig,
         sites = [f"{r['per_site'][site]:.1f}%" if site in r["per_site"] else "-" for site in SITES]
         lines.append(f"| {r['trainer']} | {clock} | {steps} | {percent(r['success'])} | " + " | ".join(sites) + " |")
     return "\n".join(lines)
+
+
+def summary_text(result: dict) -> str:
+    """Ours against lerobot-train's success, the expert's, and how much less wall-clock ours took, for the README."""
+    success = {row["trainer"]: row["success"]["pc_success"] for row in result["rows"]}
+    return (f"{success['ours: train/bc.py']:.1f}% against {success['lerobot-train']:.1f}% (expert "
+            f"{success['scripted expert']:.0f}%), {result['speedup']:.1f}× less wall-clock")
 
 
 def collect_and_export(config: SideBySideConfig, clock: StageClock, data: Path, export: Path, out: Path) -> None:
@@ -188,8 +198,7 @@ def main(argv: list[str] | None = None) -> dict:
     write_results(config.name, result, Path(config.results_dir))
     heading = "## ACT two ways: train/bc.py and lerobot-train, side by side" + (
         " (visuomotor)" if config.cameras else "")
-    write_section(Path(config.docs), config.name, heading, table(rows, facts, command, config, shown))
-    print(table(rows, facts, command, config, shown))
+    print(write(config.name, result, config.docs, heading))
     return result
 
 

@@ -64,6 +64,7 @@ from core.errors import fail
 from core.files import REPO, repo_relative
 from core.options import check_options, parse_config
 from experiments.compute_scaling_report import report
+from experiments.render import write
 from experiments.step_model import int8_payload_bytes
 from train.checkpoint import load_policy
 from train.comm.compression import dequantize_int8, quantize_int8
@@ -356,8 +357,9 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         measurements = measure(config, command)
     result = {"experiment": "compute_scaling", "command": command, "config": asdict(config),
-              "measurements": measurements, **report(config, measurements, command)}
+              "measurements": measurements, **report(config, measurements)}
     path = write_results("compute_scaling", result, Path(config.results_dir))
+    print(write("compute_scaling", result, config.docs))
     print(f"wrote {path}, {config.plot} and the scaling_compute section of {config.docs}")
     return result
 

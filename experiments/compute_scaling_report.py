@@ -1,9 +1,9 @@
 """From experiments.compute_scaling's measurements to its results: the fitted transports, each policy's
 costs, the checks against every measured point, the predictions for 1 to ``--max-ranks`` ranks, the
-recorded GPU figures (experiments/compute_scaling_gpu.py), the scaling chart and the ``scaling_compute``
-section of the docs.
+recorded GPU figures (experiments/compute_scaling_gpu.py) and the scaling chart; ``section_text`` renders the
+``scaling_compute`` section of the docs from the results.
 
-``report`` does it all; ``fit_transports``, ``policy_cost`` and ``predictions`` are its parts.
+``report`` does it all but the section; ``fit_transports``, ``policy_cost`` and ``predictions`` are its parts.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from core.errors import fail
 from core.files import repo_relative
-from experiments.common import milliseconds, write_section
+from experiments.common import doc_link, milliseconds
 from experiments.compute_scaling_gpu import NO_NCCL_FIT, gpu_figures, gpu_text
 from experiments.step_model import (HOOK_TRANSPORT, TRANSPORT_ALGORITHMS, TRANSPORTS, PolicyCost, Setting, Transport,
                                     fit_transport, int8_payload_bytes, one_rank_rate, powersgd_bytes, predict,
@@ -299,10 +299,11 @@ def prediction_table(predicted: dict, max_ranks: int) -> list[str]:
     return lines
 
 
-def section(config, measurements: dict, results: dict, command: str) -> str:
-    """The markdown of the ``scaling_compute`` section."""
-    machine = measurements["machine"]
-    plot_link = os.path.relpath(Path(config.plot).resolve(), Path(config.docs).resolve().parent)
+def section_text(results: dict) -> str:
+    """The ``scaling_compute`` section of the docs from compute_scaling.json's content."""
+    config, measurements, command = results["config"], results["measurements"], results["command"]
+    machine, max_ranks = measurements["machine"], config["max_ranks"]
+    plot_link = doc_link(config["plot"], config["docs"])
     retimed = measurements.get("transports_machine")
     commands = [measurements["command"]]
     if retimed:
@@ -319,18 +320,18 @@ def section(config, measurements: dict, results: dict, command: str) -> str:
              "core busy) from two ranks on. wait(R) is the straggler wait, E[slowest of R steps] - E[one step] over "
              "the single steps of those two processes (x sqrt(k)); transfer(R) the hook's all-reduce with the "
              "transports below, once a step, not overlapped with the backward pass.", "",
-             *transport_table(results["fits"]), "", *policy_table(results["policies"], config.max_ranks), "",
+             *transport_table(results["fits"]), "", *policy_table(results["policies"], max_ranks), "",
              *(f"{warning}\n" for warning in beyond_the_sweep(results["fits"], results["policies"])),
-             *check_table(results["checks"]), "", *prediction_table(results["predictions"], config.max_ranks), "",
+             *check_table(results["checks"]), "", *prediction_table(results["predictions"], max_ranks), "",
              *(f"- {sentence}" for sentence in results["where_it_stops"])]
     if results["gpu"]:
-        lines += ["", *gpu_text(results["gpu"], repo_relative(config.gpu_results))]
+        lines += ["", *gpu_text(results["gpu"], repo_relative(config["gpu_results"]))]
     return "\n".join(lines + ["", "Limitations:", ""] + [f"- {text}" for text in LIMITATIONS])
 
 
-def report(config, measurements: dict, command: str) -> dict:
-    """Fit, check and predict from ``measurements``; draw ``config.plot`` and write the docs section.
-    Returns the results' part of compute_scaling.json."""
+def report(config, measurements: dict) -> dict:
+    """Fit, check and predict from ``measurements`` and draw ``config.plot``; the results' part of
+    compute_scaling.json."""
     transports, fits = fit_transports(measurements["transports"])
     missing = {HOOK_TRANSPORT[hook] for hook in ("shm", "ring", "none", "int8")} - set(transports)
     if missing:
@@ -345,7 +346,4 @@ def report(config, measurements: dict, command: str) -> dict:
                "where_it_stops": where_it_stops(predicted, config.max_ranks),
                "gpu": gpu_figures(Path(config.gpu_results), costs), "plot": config.plot}
     plot(Path(config.plot), costs, settings, transports, measurements["policies"], config.max_ranks)
-    text = section(config, measurements, results, command)
-    write_section(Path(config.docs), "scaling_compute", "## Compute scaling", text)
-    print(text)
     return results

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from benchmarks.common import machine_facts, write_results
 from core.options import check_options, parse_config
-from experiments.common import write_section
 from experiments.full_run import StageClock, evaluate_command, finished_evaluation, percent, seeds_of, trained_step
+from experiments.render import write
 from sim.fleet import SITES
 
 NAME = "distillation"
@@ -105,10 +105,12 @@ def latency(config: DistillationConfig, clock: StageClock, runs: dict[str, Path]
     return {name: next(row for row in rows if row["case"] == str(run)) for name, run in runs.items()}
 
 
-def table(rows: list[dict], ratios: dict, facts: dict, command: str, config: DistillationConfig) -> str:
+def section_text(result: dict) -> str:
+    """The docs section of a results file: each policy's row, and the student's ratios to the teacher's."""
+    rows, ratios, facts, command, config = (result[key] for key in ("rows", "ratios", "machine", "command", "config"))
     lines = [f"Measured {facts['date']} on {facts['cores']} cores ({facts['device']}), code {facts['code_version']}: "
-             f"{config.task}, {config.robots} robots x {config.episodes} demos; {config.eval_robots} robots x "
-             f"{config.eval_episodes} held-out episodes, all on the same seeds. Latency: one `select_action` that "
+             f"{config['task']}, {config['robots']} robots x {config['episodes']} demos; {config['eval_robots']} robots x "
+             f"{config['eval_episodes']} held-out episodes, all on the same seeds. Latency: one `select_action` that "
              "runs the model, 1 CPU thread, batch 1. Bytes: the checkpoint a robot is sent.", "",
              "```bash", command, "```", "",
              "| policy | training | success | " + " | ".join(SITES) + " | parameters | latency median / p99 | bytes "
@@ -121,9 +123,16 @@ def table(rows: list[dict], ratios: dict, facts: dict, command: str, config: Dis
         lines.append(f"| {r['name']} | {r['training']} | {percent(r['success'])} | " + " | ".join(sites)
                      + f" | {size if size != '-' else '- | - | - | -'} |")
     lines += ["", "Student over teacher: " + ", ".join(
-        f"{name.replace('_', ' ')} {value:.3g} (goal {'<=' if name == 'parameters' else '>='} {GOALS[name]:g})"
+        f"{name.replace('_', ' ')} {value:.3g} (goal {'<=' if name == 'parameters' else '>='} {result['goals'][name]:g})"
         for name, value in ratios.items())]
     return "\n".join(lines)
+
+
+def ratios_text(result: dict) -> str:
+    """The student over the teacher, for the README: success kept, parameters, latency and bytes."""
+    ratios = result["ratios"]
+    return (f"{ratios['success_kept']:.2f}×, {ratios['parameters']:.1%}, {ratios['latency_speedup']:.1f}×, "
+            f"{ratios['bytes_fewer']:.0f}×")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -203,8 +212,7 @@ def main(argv: list[str] | None = None) -> dict:
               "ratios": {k: round(v, 4) for k, v in ratios.items()}, "goals": GOALS, "met": met,
               "seconds": {k: round(v) for k, v in clock.seconds.items()}}
     write_results(NAME, result, Path(config.results_dir))
-    write_section(Path(config.docs), NAME, "## The recorded distillation", table(rows, ratios, facts, command, config))
-    print(table(rows, ratios, facts, command, config))
+    print(write(NAME, result, config.docs))
     return result
 
 

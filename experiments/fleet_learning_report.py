@@ -19,7 +19,7 @@ from pathlib import Path
 from benchmarks.common import machine_facts, write_results
 from core.errors import fail
 from core.files import REPO
-from experiments.common import write_section
+from experiments.render import write
 from sim.fleet import SITES
 from train.policies.options import PolicyOptions
 
@@ -301,23 +301,43 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict, machi
               "plot": str(media)}
     write_results(config.name, result, Path(config.results_dir))
     plot(table, bc, inputs, head_words(config_dict), media)
-    ratios = ", ".join(f"{gate} {ratio:.2f}" for gate, ratio in result["rohe_over_random"].items() if gate != "random")
-    over_random = f"\n\nROHE over all rounds, over the random gate's: {ratios}." if ratios else ""
-    fresh = ", a fresh policy each round" + (f" for {config.round_epochs:g} passes over its data"
-                                             if config.round_epochs else "") + pretraining_words(config_dict)
-    write_section(Path(config.docs), config.name, f"## The recorded run ({config.setting}, {config.task}"
-                  + (f", {config.deploy_episodes} episodes a robot each round, continuously" if config.continuous
-                     else "") + (f", hand-overs of up to {config.segment_steps} steps" if config.hand_overs else "")
-                  + handover_limit_words(config_dict)
-                  + (fresh if config.retrain == "fresh" else "")
-                  + (", learning from its own successes" if config.own_successes else "")
-                  + head_words(config_dict) + ")",
-                  markdown(config_dict, table, expert, command, machine) + over_random
-                  + f"\n\n![success against expert frames](media/{media.name})")
+    write(config.name, result, config.docs, heading(config_dict))
     best = max(table, key=lambda row: row["over_expert"])
     print(f"best: gate {best['gate']} round {best['round']}: {best['over_expert']:.2f} of the expert from "
           f"{best['labelled_so_far']} expert-labelled frames")
     return result
+
+
+def heading(config: dict) -> str:
+    """The heading of a run's docs section: its setting, task, and what sets its loop apart."""
+    fresh = ", a fresh policy each round" + (f" for {config['round_epochs']:g} passes over its data"
+                                             if config.get("round_epochs") else "") + pretraining_words(config)
+    return (f"## The recorded run ({config['setting']}, {config['task']}"
+            + (f", {config['deploy_episodes']} episodes a robot each round, continuously" if config.get("continuous")
+               else "") + (f", hand-overs of up to {config['segment_steps']} steps" if config.get("hand_overs") else "")
+            + handover_limit_words(config) + (fresh if config.get("retrain") == "fresh" else "")
+            + (", learning from its own successes" if config.get("own_successes") else "") + head_words(config) + ")")
+
+
+def recorded_expert(result: dict) -> dict:
+    """The expert's evaluation as ``publish`` takes it. Results written before the held-out expert was kept give
+    it back from a row: held-out success over the expert's is the ratio recorded beside the success."""
+    expert = {"fleet": result["expert"]}
+    held_out = result.get("expert_held_out")
+    if held_out is None:
+        row = next((row for row in result["rows"] if "held_out" in row), None)
+        held_out = row and {"pc_success": row["held_out"]["success"] / row["held_out"]["over_expert"]}
+    if held_out:
+        expert["held_out"] = {"fleet": held_out}
+    return expert
+
+
+def section_text(result: dict) -> str:
+    """The docs section of a results file: its table, ROHE over the random gate's, and its plot."""
+    ratios = ", ".join(f"{gate} {ratio:.2f}" for gate, ratio in result["rohe_over_random"].items() if gate != "random")
+    over_random = f"\n\nROHE over all rounds, over the random gate's: {ratios}." if ratios else ""
+    return (markdown(result["config"], result["rows"], recorded_expert(result), result["command"], result["machine"])
+            + over_random + f"\n\n![success against expert frames](media/{Path(result['plot']).name})")
 
 
 def rohe_over_random(table: list[dict]) -> dict[str, float]:

@@ -12,37 +12,22 @@ runs, expert, seconds and machine) and the curve of now. It runs nothing, and ne
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
 from core.errors import fail
+from experiments.common import recorded_config
 from experiments.fleet_learning import FleetLearningConfig
-from experiments.fleet_learning_report import publish
+from experiments.fleet_learning_report import publish, recorded_expert
 
 RESULTS = Path("experiments/results")
 
 
-def recorded_config(result: dict) -> FleetLearningConfig:
+def published_config(result: dict) -> FleetLearningConfig:
     """The run's config as its results recorded it, under its recorded name (options since added take their
     defaults; options since removed are dropped), published where runs are published now."""
-    names = {field.name for field in dataclasses.fields(FleetLearningConfig)} - {"docs", "media", "results_dir"}
-    options = {key: tuple(value) if isinstance(value, list) else value
-               for key, value in result["config"].items() if key in names}
-    return FleetLearningConfig(**{**options, "results_name": result["experiment"]})
-
-
-def recorded_expert(result: dict) -> dict:
-    """The expert's evaluation as ``publish`` takes it. Results written before the held-out expert was kept give
-    it back from a row: held-out success over the expert's is the ratio recorded beside the success."""
-    expert = {"fleet": result["expert"]}
-    held_out = result.get("expert_held_out")
-    if held_out is None:
-        row = next((row for row in result["rows"] if "held_out" in row), None)
-        held_out = row and {"pc_success": row["held_out"]["success"] / row["held_out"]["over_expert"]}
-    if held_out:
-        expert["held_out"] = {"fleet": held_out}
-    return expert
+    published = {key: value for key, value in result["config"].items() if key not in ("docs", "media", "results_dir")}
+    return recorded_config(FleetLearningConfig, published, results_name=result["experiment"])
 
 
 def republish(name: str, results_dir: Path = RESULTS, docs: str = "", media: str = "") -> dict:
@@ -54,7 +39,7 @@ def republish(name: str, results_dir: Path = RESULTS, docs: str = "", media: str
     result = json.loads(path.read_text())
     if "runs" not in result or "config" not in result:
         fail(f"{path} records no runs to publish again (written before results kept them)")
-    config = recorded_config(result)
+    config = published_config(result)
     config.results_dir = str(results_dir)
     config.docs, config.media = docs or config.docs, media or config.media
     return publish(config, result["command"], recorded_expert(result), result["runs"], result["seconds"],

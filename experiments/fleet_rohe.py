@@ -43,7 +43,8 @@ from core.files import repo_relative
 from core.options import check_options, parse_config
 from dataset import FleetStore
 from dataset.manifest import read_manifest
-from experiments.common import write_section
+from experiments.common import recorded_config
+from experiments.render import write
 from train.checkpoint import latest_checkpoint
 from train.fleet.accounting import round_account
 from train.fleet.deploy import Help, deploy_round
@@ -145,18 +146,20 @@ def ratio_interval(cell: dict, baseline: dict, draws: int = 4000) -> list[float]
     return [float(bound) for bound in np.percentile(ratios[np.isfinite(ratios)], [2.5, 97.5])]
 
 
-def markdown(config: FleetRoheConfig, alone: dict[str, dict], cells: list[dict], command: str) -> str:
-    """One table per policy (a row per cap, a column per gate) and, for several policies, one that sets the gates'
-    ROHE at the largest cap beside how well each policy does alone."""
-    gates = list(config.gates)
-    lines = [f"Measured on {machine_facts()['cores']} cores, code {machine_facts()['code_version']}: each policy "
-             f"deploys on the fleet of `{config.source}`, {config.fleet_robots} robots x {config.deploy_episodes} "
-             f"episodes. Each cell is the same round (episode seeds of round {config.seed_round}, robots deployed "
-             f"{'continuously' if config.continuous else 'in waves'}) with {config.operators} operators, hand-overs "
-             f"of up to {config.segment_steps} steps{' and ' + limit_words(config) if config.max_handovers else ''}, "
+def section_text(result: dict) -> str:
+    """The docs section of a results file: one table per policy (a row per cap, a column per gate) and, for several
+    policies, one that sets the gates' ROHE at the largest cap beside how well each policy does alone; the plot."""
+    config, alone, cells, command = (result[key] for key in ("config", "alone", "cells", "command"))
+    gates, machine, limit = list(config["gates"]), result["machine"], config.get("max_handovers")
+    lines = [f"Measured on {machine['cores']} cores, code {machine['code_version']}: each policy "
+             f"deploys on the fleet of `{config['source']}`, {config['fleet_robots']} robots x {config['deploy_episodes']} "
+             f"episodes. Each cell is the same round (episode seeds of round {config['seed_round']}, robots deployed "
+             f"{'continuously' if config['continuous'] else 'in waves'}) with {config['operators']} operators, hand-overs "
+             f"of up to {config['segment_steps']} steps{' and ' + limit_words(limit) if limit else ''}, "
              "the random gate asking on "
-             f"{config.random_rate:.0%} of the "
-             f"steps, and the gates' thresholds `{thresholds(config)}`: deployment success, expert-labelled frames, "
+             f"{config['random_rate']:.0%} of the "
+             f"steps, and the gates' thresholds `{thresholds(recorded_config(GateOptions, config))}`: deployment "
+             "success, expert-labelled frames, "
              "ROHE (successes per 1,000 of them), and ROHE over the random gate's at the same cap.",
              "", "```bash", command, "```"]
     for name, policy_alone in alone.items():
@@ -167,19 +170,19 @@ def markdown(config: FleetRoheConfig, alone: dict[str, dict], cells: list[dict],
             row = {cell["gate"]: cell for cell in mine if cell["cap"] == cap}
             lines.append(f"| {cap} | " + " | ".join(_cell(row.get(gate)) for gate in gates) + " |")
     if len(alone) > 1:
-        largest = max(config.caps)
+        largest = max(config["caps"])
         lines += ["", f"By how well the policy does alone, at {largest} expert steps a round:", "",
                   "| policy | alone | " + " | ".join(gates) + " |", "|---|---|" + "---|" * len(gates)]
         for name, policy_alone in alone.items():
             row = {cell["gate"]: cell for cell in cells if cell["policy_name"] == name and cell["cap"] == largest}
             lines.append(f"| {name} | {policy_alone['success']:.0%} | " +
                          " | ".join(_cell(row.get(gate)) for gate in gates) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines) + f"\n\n![ROHE against the budget](media/{Path(result['plot']).name})"
 
 
-def limit_words(config: FleetRoheConfig) -> str:
+def limit_words(max_handovers: int) -> str:
     """The hand-over limit per episode in words: "at most 2 hand-overs an episode"."""
-    return f"at most {config.max_handovers} hand-over{'s' if config.max_handovers > 1 else ''} an episode"
+    return f"at most {max_handovers} hand-over{'s' if max_handovers > 1 else ''} an episode"
 
 
 def results_name(config: FleetRoheConfig) -> str:
@@ -188,9 +191,8 @@ def results_name(config: FleetRoheConfig) -> str:
     return f"fleet_rohe_{config.max_handovers}_handovers" if config.max_handovers else "fleet_rohe"
 
 
-def thresholds(config: FleetRoheConfig) -> str:
+def thresholds(options: GateOptions) -> str:
     """The gates' thresholds (all but the random gate's rate) as command-line options."""
-    options = config.gate_options()
     return " ".join(f"--{name.replace('_', '-')} {getattr(options, name)}" for name in
                     ("stall_steps", "min_progress", "regress", "uncertainty"))
 
@@ -269,9 +271,8 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"experiment": "fleet_rohe", "machine": machine_facts(), "config": asdict(config), "command": command,
               "alone": alone, "cells": cells, "plot": str(media)}
     write_results(name, result, Path(config.results_dir))
-    heading = "## ROHE at several budgets" + (f", {limit_words(config)}" if config.max_handovers else "")
-    write_section(Path(config.docs), name, heading,
-                  markdown(config, alone, cells, command) + f"\n\n![ROHE against the budget](media/{media.name})")
+    heading = "## ROHE at several budgets" + (f", {limit_words(config.max_handovers)}" if config.max_handovers else "")
+    write(name, result, config.docs, heading)
     return result
 
 

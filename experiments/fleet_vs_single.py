@@ -41,8 +41,9 @@ from core.options import parse_config
 from dataset import FleetStore
 from dataset.shard import store_bytes
 from eval import EvalConfig, run_evaluation
-from experiments.common import REPO, run_step, write_section
-from sim.fleet import SITES
+from experiments.common import REPO, run_step
+from experiments.render import write
+from sim.fleet import SITES, make_robot
 from train.checkpoint import load_policy, open_checkpoint
 
 METHODS = ("single", "central", "fedavg", "personal")
@@ -145,17 +146,21 @@ def goals(results: dict) -> dict[str, dict]:
     }
 
 
-def table(config: ExperimentConfig, results: dict, store: FleetStore, facts: dict, command: str) -> str:
-    trained_on = {"single": f"robot {config.single_robot} ({store.site_of(config.single_robot)})",
-                  "central": f"all {len(store.robots)}, {config.ranks} DDP ranks",
-                  "fedavg": f"all {len(store.robots)}, {config.compression} deltas",
-                  "personal": f"all {len(store.robots)}, {config.personal} heads after round {config.personal_after}"
-                              + (f", fitted {config.head_epochs} epochs" if config.head_epochs else "")}
+def section_text(result: dict) -> str:
+    """The docs section of a results file: each method's success and traffic, and the goals. The single robot's
+    site is the fleet's round-robin one (sim.fleet.make_robot), which every collection assigns."""
+    config, results, facts, command = (result[key] for key in ("config", "results", "machine", "command"))
+    robots, single = len(result["robots"]), config["single_robot"]
+    trained_on = {"single": f"robot {single} ({make_robot(single, config['seed']).site})",
+                  "central": f"all {robots}, {config['ranks']} DDP ranks",
+                  "fedavg": f"all {robots}, {config['compression']} deltas",
+                  "personal": f"all {robots}, {config['personal']} heads after round {config['personal_after']}"
+                              + (f", fitted {config['head_epochs']} epochs" if config["head_epochs"] else "")}
     ddp_bytes = results["central"]["communication"]["model_bytes"]
     lines = [f"Measured {facts['date']} on {facts['cores']} cores ({facts['device']}), code {facts['code_version']}:",
-             f"{len(store.robots)} robots x {config.episodes} {config.task} episodes, evaluated on every robot x "
-             f"{config.eval_episodes} held-out episodes.", "", "```bash", command, "```", "",
-             "| method | trained on | fleet success | " + " | ".join(SITES) + f" | robot {config.single_robot} "
+             f"{robots} robots x {config['episodes']} {config['task']} episodes, evaluated on every robot x "
+             f"{config['eval_episodes']} held-out episodes.", "", "```bash", command, "```", "",
+             "| method | trained on | fleet success | " + " | ".join(SITES) + f" | robot {config['single_robot']} "
              "| model traffic | vs DDP | data uploaded |",
              "|---|---|---|" + "---|" * len(SITES) + "---|---|---|---|"]
     for method in METHODS:
@@ -172,6 +177,28 @@ def table(config: ExperimentConfig, results: dict, store: FleetStore, facts: dic
         shown = "-" if value is None else (f"{value:.1%}" if "communication" in name else f"{value:+.1f} points")
         lines.append(f"| {name} | {shown} | {'yes' if goal['met'] else 'no'} |")
     return "\n".join(lines)
+
+
+def _goal(result: dict, name: str) -> float:
+    return result["results"]["goals"][name]["value"]
+
+
+def fleet_gain_text(result: dict) -> str:
+    """How many points the fleet's policy beats one robot's by, for the README."""
+    return f"{_goal(result, 'fleet beats single by >= 8 points'):+.1f} points"
+
+
+def fedavg_text(result: dict) -> str:
+    """FedAvg's points below central DDP and its share of DDP's traffic, for the README."""
+    gap, traffic = (_goal(result, name) for name in ("FedAvg within 5 points of central DDP",
+                                                      "FedAvg at <= 10% of DDP's communication"))
+    return f"{gap:.1f} points, {traffic:.1%}"
+
+
+def personal_text(result: dict) -> str:
+    """How many points personal weights lift the worst site, and which, for the README."""
+    per_site = result["results"]["fedavg"]["success"]["per_site"]
+    return f"{_goal(result, 'personalisation helps the worst site'):+.1f} points ({min(per_site, key=per_site.get)})"
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -213,9 +240,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"experiment": "fleet_vs_single", "machine": facts, "config": asdict(config), "command": command,
               "robots": store.robots, "seconds": {k: round(v, 1) for k, v in seconds.items()}, "results": results}
     write_results("fleet_vs_single", result, Path(config.results_dir))
-    text = table(config, results, store, facts, command)
-    write_section(Path(config.docs), "fleet_vs_single", "## Fleet vs single robot: measured", text)
-    print(text)
+    print(write("fleet_vs_single", result, config.docs))
     return result
 
 

@@ -50,7 +50,8 @@ from pathlib import Path
 from benchmarks.common import machine_facts, write_results
 from core.files import REPO, repo_relative
 from core.options import check_options, parse_config
-from experiments.common import merged_rows, run_step, write_section
+from experiments.common import merged_rows, run_step
+from experiments.render import write
 from sim.fleet import SITES
 from train.checkpoint import latest_checkpoint, open_checkpoint
 from train.policies.policy import POLICIES, policy_class
@@ -266,9 +267,11 @@ def percent(figure: dict) -> str:
     return f"{figure['pc_success']:.1f}% [{figure['ci95'][0]:.0f}, {figure['ci95'][1]:.0f}]"
 
 
-def table(results: list[dict], config: FullRunConfig) -> str:
-    """The markdown table of ``results``, under the commands that measured its rows (with their date and code)."""
-    cameras = f"{' + '.join(config.cameras)} cameras at {config.image_size} px" if config.cameras else "no cameras"
+def section_text(result: dict) -> str:
+    """The docs section of a results file: the table of its rows, under the commands that measured them (with
+    their date and code)."""
+    results, config = result["results"], result["config"]
+    cameras = f"{' + '.join(config['cameras'])} cameras at {config['image_size']} px" if config["cameras"] else "no cameras"
     runs: dict[str, list[dict]] = {}
     for r in results:
         runs.setdefault(r["measured"]["command"], []).append(r)
@@ -277,8 +280,8 @@ def table(results: list[dict], config: FullRunConfig) -> str:
         facts = rows[0]["measured"]
         commands += [f"# {facts['date']}, {facts['cores']} cores ({facts['device']}), code {facts['code_version']}: "
                      + ", ".join(f"{r['task']} {r['policy']}" for r in rows), command]
-    lines = [f"Inputs {config.inputs} ({cameras}), {config.ranks} DDP ranks x batch {config.batch_size}; "
-             f"{config.eval_robots} robots x {config.eval_episodes} held-out episodes per task, every policy and "
+    lines = [f"Inputs {config['inputs']} ({cameras}), {config['ranks']} DDP ranks x batch {config['batch_size']}; "
+             f"{config['eval_robots']} robots x {config['eval_episodes']} held-out episodes per task, every policy and "
              "the expert on the same seeds. Per site: policy success (the expert's). The rows' commands, "
              "when and on what they ran:", "", "```bash", *commands, "```",
              "", "| task | policy | training data | steps | policy | expert | policy/expert | goal | met | "
@@ -300,6 +303,15 @@ def table(results: list[dict], config: FullRunConfig) -> str:
     return "\n".join(lines)
 
 
+def over_expert_text(result: dict) -> str:
+    """Each task's best policy success over the expert's, for the README: ``reach 1.00, push 0.92``."""
+    best: dict[str, float] = {}
+    for row in result["results"]:
+        if row["policy_over_expert"] is not None:
+            best[row["task"]] = max(best.get(row["task"], 0.0), row["policy_over_expert"])
+    return ", ".join(f"{task} {ratio:.2f}" for task, ratio in best.items())
+
+
 def publish(config: FullRunConfig, results: list[dict]) -> dict:
     """Write NAME.json and the doc's table with every result so far, beside the rows recorded there for the
     (task, policy, training data) this run does not measure."""
@@ -313,7 +325,7 @@ def publish(config: FullRunConfig, results: list[dict]) -> dict:
               "command": command, "results": rows}
     write_results(config.name, result, Path(config.results_dir))
     heading = "## The recorded full run" + ("" if config.setting == "state" else f" ({config.setting})")
-    write_section(Path(config.docs), config.name, heading, table(rows, config))
+    write(config.name, result, config.docs, heading)
     return result
 
 
@@ -383,7 +395,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{task} {policy}: {percent(results[-1]['policy_success'])}, expert {percent(results[-1]['expert'])}")
             result = publish(config, results)
         copy_videos(config, task, results, result["results"])
-    print(table(result["results"], config))
+    print(section_text(result))
     return result
 
 

@@ -36,7 +36,7 @@ from dataset.episodes import select_episodes
 from dataset.loader import make_dataloader
 from dataset.windows import FleetWindowDataset, WindowSpec
 from eval import EvalConfig, run_evaluation
-from experiments.common import write_section
+from experiments.render import write
 from sim.fleet import SITES
 from train.checkpoint import latest_checkpoint, load_policy, open_checkpoint
 from train.schedule import adamw
@@ -117,25 +117,29 @@ def main(argv: list[str] | None = None) -> dict:
                             "per_site": {site: info["per_site"][site]["pc_success"] for site in info["per_site"]}}
         print(f"{variant}: fleet success {results[variant]['fleet']:.1f}%")
 
-    facts = machine_facts()
-    write_results("personal_ceiling", {"experiment": "personal_ceiling", "machine": facts, "config": asdict(config),
-                                       "command": command, "results": results}, Path(config.results_dir))
+    result = {"experiment": "personal_ceiling", "machine": machine_facts(), "config": asdict(config),
+              "command": command, "results": results}
+    write_results("personal_ceiling", result, Path(config.results_dir))
+    print(write("personal_ceiling", result, config.docs))
+    return results
+
+
+def section_text(result: dict) -> str:
+    """The docs section of a results file: each variant's success, and what it does for the worst site."""
+    config, results, facts, command = (result[key] for key in ("config", "results", "machine", "command"))
     worst = min(results["as trained"]["per_site"], key=results["as trained"]["per_site"].get)
-    lines = [f"Measured {facts['date']} on {facts['cores']} cores, code {facts['code_version']}: `{run}` "
-             f"fine-tuned {config.epochs} epochs at lr {config.lr}, every robot x {config.eval_episodes} held-out "
-             "episodes.", "", "```bash", command, "```", "",
+    lines = [f"Measured {facts['date']} on {facts['cores']} cores, code {facts['code_version']}: `{config['run']}` "
+             f"fine-tuned {config['epochs']} epochs at lr {config['lr']}, every robot x {config['eval_episodes']} "
+             "held-out episodes.", "", "```bash", command, "```", "",
              "| personal weights | fleet success | " + " | ".join(SITES) + f" | {worst} vs as trained |",
              "|---|---|" + "---|" * len(SITES) + "---|"]
-    for variant, result in results.items():
-        low, high = result["ci95"]
-        gain = result["per_site"][worst] - results["as trained"]["per_site"][worst]
-        lines.append(f"| {variant} | {result['fleet']:.1f}% [{low:.0f}, {high:.0f}] | "
-                     + " | ".join(f"{result['per_site'].get(site, float('nan')):.1f}%" for site in SITES)
+    for variant, figures in results.items():
+        low, high = figures["ci95"]
+        gain = figures["per_site"][worst] - results["as trained"]["per_site"][worst]
+        lines.append(f"| {variant} | {figures['fleet']:.1f}% [{low:.0f}, {high:.0f}] | "
+                     + " | ".join(f"{figures['per_site'].get(site, float('nan')):.1f}%" for site in SITES)
                      + f" | {gain:+.1f} points |")
-    text = "\n".join(lines)
-    write_section(Path(config.docs), "personal_ceiling", "## How far personal weights could lift a site", text)
-    print(text)
-    return results
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

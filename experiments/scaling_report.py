@@ -4,7 +4,6 @@ reaches 90% of the expert, the plots, the JSON and the docs section (``publish``
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -12,8 +11,9 @@ import numpy as np
 
 from benchmarks.common import machine_facts, write_results
 from core.files import repo_relative
-from experiments.common import write_section
+from experiments.common import doc_link, recorded_config
 from experiments.full_run import percent
+from experiments.render import write
 from experiments.scaling_config import ScalingConfig
 from sim.fleet import SITES
 
@@ -126,16 +126,18 @@ def plot(config: ScalingConfig, sweep: str, points: list[dict], experts: dict, f
     figure.savefig(path, format="png", dpi=100)
 
 
-def table(config: ScalingConfig, result: dict) -> str:
-    facts, fleet = result["machine"], config.fleet
+def section_text(result: dict) -> str:
+    """The docs section of a results file: every point, the fits, what reaches the target, and the plots."""
+    facts, config = result["machine"], asdict(recorded_config(ScalingConfig, result["config"]))  # options since
+    first = result["held_out_robots"][0]
     lines = [f"Measured {facts['date']} on {facts['cores']} cores ({facts['device']}), code {facts['code_version']}: "
-             f"{config.policy} {list(config.hidden)} on {config.inputs} inputs"
-             + (f" ({' + '.join(config.cameras)} cameras at {config.image_size} px)" if config.cameras else "")
-             + f", {config.ranks} DDP ranks x batch {config.batch_size} (or a "
+             f"{config['policy']} {list(config['hidden'])} on {config['inputs']} inputs"
+             + (f" ({' + '.join(config['cameras'])} cameras at {config['image_size']} px)" if config['cameras'] else "")
+             + f", {config['ranks']} DDP ranks x batch {config['batch_size']} (or a "
              "point's frames per rank, if fewer), "
-             f"steps = {config.steps_per_demo:g} per demonstration within [{config.min_steps}, {config.max_steps}], "
-             f"training seeds {', '.join(map(str, config.seeds))}; evaluated on held-out robots {fleet[0]}.."
-             f"{fleet[0] + config.eval_robots - 1} x {config.eval_episodes} held-out episodes, every point and the "
+             f"steps = {config['steps_per_demo']:g} per demonstration within [{config['min_steps']}, {config['max_steps']}], "
+             f"training seeds {', '.join(map(str, config['seeds']))}; evaluated on held-out robots {first}.."
+             f"{first + config['eval_robots'] - 1} x {config['eval_episodes']} held-out episodes, every point and the "
              "expert on the same seeds. Success: mean over the seeds [95% interval pooled over their episodes], "
              "the seeds' range beside it; per site, the mean.", "", "```bash", result["command"], "```", "",
              "| task | sweep | robots x episodes | demos | steps | success | seeds min-max | over expert | "
@@ -166,8 +168,7 @@ def table(config: ScalingConfig, result: dict) -> str:
             lines.append(f"| {task} | {sweep} ({fit['n_points']}) | {fit['exponent']:.2f} | {fit['constant']:.3g} "
                          f"| {fit['r2']:.2f} | {reach} | {measured} |")
     lines += ["", *(line + "\n" for line in result["statements"])]
-    docs = Path(config.docs).resolve().parent
-    lines += [f"![success against {sweep}]({os.path.relpath(plot_path(config, sweep), docs)})" for sweep in SWEEPS]
+    lines += [f"![success against {sweep}]({doc_link(result['plots'][sweep], config['docs'])})" for sweep in SWEEPS]
     return "\n".join(lines)
 
 
@@ -186,5 +187,5 @@ def publish(config: ScalingConfig, command: str, points: list[dict], experts: di
               "plots": plots, "seconds": seconds}
     write_results(config.name, result, Path(config.results_dir))
     heading = "## Data scaling" if config.setting == "state" else f"### Data scaling, {config.setting}"
-    write_section(Path(config.docs), config.section, heading, table(config, result))
+    write(config.name, result, config.docs, heading)
     return result

@@ -1,0 +1,180 @@
+"""Render the docs' experiment sections from their results files, or check that the docs are up to date.
+
+    python -m experiments.render            # rewrite every section from experiments/results/
+    python -m experiments.render --check    # write nothing; name each stale section, exit 1 if any
+
+A section is the text between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` in a doc. ``SECTIONS`` maps each
+to its doc, its heading, its results file and the function of that file's content that renders it: the function
+the experiment script calls when it finishes (``write``), so a section is written one way. A fleet-learning run's
+results ``fleet_learning*`` are a section of docs/fleet_learning_runs.md of their own name.
+A results file that carries a ``payload_sha256`` must match it; older files have none and are read as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import fail
+from core.files import REPO
+from core.options import OneLineErrorParser
+from experiments.common import replaced_section, write_section
+from experiments.results_file import DIGEST, check_results
+
+RESULTS = "experiments/results"
+
+
+@dataclass(frozen=True)
+class Section:
+    """A rendered section: its ``name`` (markers), ``doc`` and ``heading`` (under which an experiment's first
+    run appends it), its ``results`` file's name and ``render`` (``module:function`` of the results' content);
+    ``inline`` for a span inside a line (README's figures). ``renders`` is False where the committed results file
+    predates the format its script renders (its next run rewrites both): ``render`` leaves it as it is."""
+    name: str
+    doc: str
+    heading: str
+    results: str
+    render: str
+    inline: bool = False
+    renders: bool = True
+
+    def text(self, result: dict) -> str:
+        """This section's text, rendered from ``result`` (its results file's content)."""
+        module, function = self.render.split(":")
+        return getattr(importlib.import_module(module), function)(result)
+
+
+def _readme(name: str, results: str, render: str) -> Section:
+    return Section(name, "README.md", "", results, render, inline=True)
+
+
+SECTIONS = [
+    Section("full_run", "docs/evaluation.md", "## The recorded full run", "full_run",
+            "experiments.full_run:section_text", renders=False),  # rows without policy kinds, commands, sites
+    Section("full_run_visuomotor", "docs/evaluation.md", "## The recorded full run (visuomotor)",
+            "full_run_visuomotor", "experiments.full_run:section_text"),
+    Section("act_side_by_side", "docs/training.md", "## ACT two ways: train/bc.py and lerobot-train, side by side",
+            "act_side_by_side", "experiments.act_side_by_side:section_text", renders=False),  # no lerobot command
+    Section("act_side_by_side_visuomotor", "docs/training.md",
+            "## ACT two ways: train/bc.py and lerobot-train, side by side (visuomotor)", "act_side_by_side_visuomotor",
+            "experiments.act_side_by_side:section_text"),
+    Section("distillation", "docs/distillation.md", "## The recorded distillation", "distillation",
+            "experiments.distillation:section_text"),
+    Section("scaling_data", "docs/scaling.md", "## Data scaling", "scaling", "experiments.scaling_report:section_text"),
+    Section("scaling_data_visuomotor", "docs/scaling.md", "### Data scaling, visuomotor", "scaling_visuomotor",
+            "experiments.scaling_report:section_text"),
+    Section("scaling_compute", "docs/scaling.md", "## Compute scaling", "compute_scaling",
+            "experiments.compute_scaling_report:section_text"),
+    Section("fleet_vs_single", "docs/federated.md", "## Fleet vs single robot: measured", "fleet_vs_single",
+            "experiments.fleet_vs_single:section_text"),
+    Section("personal_ceiling", "docs/federated.md", "## How far personal weights could lift a site",
+            "personal_ceiling", "experiments.personal_ceiling:section_text"),
+    Section("fleet_rohe", "docs/fleet_learning_runs.md", "## ROHE at several budgets", "fleet_rohe",
+            "experiments.fleet_rohe:section_text"),
+    Section("fleet_rohe_1_handovers", "docs/fleet_learning_runs.md",
+            "## ROHE at several budgets, at most 1 hand-over an episode", "fleet_rohe_1_handovers",
+            "experiments.fleet_rohe:section_text"),
+    _readme("readme_full_run", "full_run", "experiments.full_run:over_expert_text"),
+    _readme("readme_act_side_by_side", "act_side_by_side", "experiments.act_side_by_side:summary_text"),
+    _readme("readme_act_side_by_side_visuomotor", "act_side_by_side_visuomotor",
+            "experiments.act_side_by_side:summary_text"),
+    _readme("readme_distillation", "distillation", "experiments.distillation:ratios_text"),
+    _readme("readme_fleet_vs_single", "fleet_vs_single", "experiments.fleet_vs_single:fleet_gain_text"),
+    _readme("readme_fedavg", "fleet_vs_single", "experiments.fleet_vs_single:fedavg_text"),
+    _readme("readme_personal", "fleet_vs_single", "experiments.fleet_vs_single:personal_text"),
+]
+# Not rendered yet: the table's format (BC's share and the two points it lies between) is newer than every committed
+# fleet-learning results file; experiments.fleet_learning_republish brings one up to it.
+FLEET_LEARNING = Section("fleet_learning", "docs/fleet_learning_runs.md", "", "fleet_learning",
+                         "experiments.fleet_learning_report:section_text")
+
+
+def fleet_learning_section(name: str) -> Section:
+    """The section of the fleet-learning run whose results are ``name``.json."""
+    return Section(name, FLEET_LEARNING.doc, "", name, FLEET_LEARNING.render)
+
+
+def section_for(name: str) -> Section:
+    """The section an experiment writing the results ``name`` finishes with."""
+    if name.startswith(FLEET_LEARNING.results):
+        return fleet_learning_section(name)
+    found = next((section for section in SECTIONS if section.results == name and not section.inline), None)
+    if found is None:
+        fail(f"no docs section renders the results {name} (experiments/render.py SECTIONS)")
+    return found
+
+
+def write(name: str, result: dict, doc: str | Path = "", heading: str = "") -> str:
+    """Render the section of the results ``name`` from ``result`` into ``doc`` (default: the section's), its
+    markers appended under ``heading`` (default: the section's) the first time; the text."""
+    section = section_for(name)
+    text = section.text(result)
+    write_section(Path(doc or REPO / section.doc), section.name, heading or section.heading, text)
+    return text
+
+
+def read_results(path: Path, root: Path = REPO) -> dict:
+    """The content of the results file ``path``; a one-line error where it is unreadable or does not match the
+    digest it carries."""
+    shown = path.relative_to(root) if path.is_relative_to(root) else path
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        fail(f"{shown}: not a readable results file ({str(error).splitlines()[0]})")
+    if isinstance(result, dict) and DIGEST in result:
+        try:
+            check_results(path)
+        except ValueError as error:
+            fail(str(error).replace(str(path), str(shown), 1))
+    return result
+
+
+def render(root: Path = REPO, check: bool = False) -> list[str]:
+    """Render every section under ``root`` into its doc (with ``check``, write nothing); one line per section
+    that was stale."""
+    documents: dict[str, str] = {}
+    stale = []
+    for section in (section for section in SECTIONS if section.renders):
+        document = documents.get(section.doc)
+        if document is None:
+            path = root / section.doc
+            if not path.is_file():
+                fail(f"{section.doc}: no such doc, where section {section.name} goes")
+            document = path.read_text()
+        results = f"{RESULTS}/{section.results}.json"
+        text = section.text(read_results(root / results, root))
+        try:
+            documents[section.doc] = replaced_section(document, section.name, text, section.inline)
+        except ValueError as error:
+            fail(f"{section.doc}: {error}")
+        if documents[section.doc] != document:
+            stale.append(f"{section.doc}: section {section.name} differs from {results}; "
+                         "run python -m experiments.render")
+    if not check:
+        for doc, document in documents.items():
+            if (root / doc).read_text() != document:
+                (root / doc).write_text(document)
+    return stale
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Render the docs, or ``--check`` them (exit 1 when a section is stale)."""
+    parser = OneLineErrorParser(prog="python -m experiments.render", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a section is stale")
+    parser.add_argument("--root", type=Path, default=REPO, help="the repository whose docs and results are read")
+    arguments = parser.parse_args(argv)
+    stale = render(arguments.root.resolve(), arguments.check)
+    for line in stale:
+        print(line)
+    if not arguments.check:
+        print(f"rendered {len(stale)} stale section(s)" if stale else "every section was up to date")
+    elif stale:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
