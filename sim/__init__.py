@@ -1,8 +1,9 @@
 """sim: the simulated robot fleet (robots, tasks, fleet variation, scripted experts).
 
 Importing ``sim`` registers the gymnasium envs ``robofleet/Reach-v0``,
-``robofleet/Push-v0``, ``robofleet/PickPlace-v0`` and ``robofleet/Stack-v0``. It registers
-them by reference, so that importing it loads neither the envs nor mujoco: ``gym.make``
+``robofleet/Push-v0``, ``robofleet/PickPlace-v0`` and ``robofleet/Stack-v0``, and Meta-World's
+MT50 tasks as ``metaworld/<task>`` (sim/metaworld_tasks.py). It registers
+them by reference, so that importing it loads neither the envs nor mujoco nor metaworld: ``gym.make``
 loads an env's module, and ``sim.ReachEnv`` or ``sim.resolve_task`` load theirs when first
 named. Readers of fleet data (``dataset info``) import the fleet's profiles without the physics.
 
@@ -17,6 +18,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import gymnasium as gym  # noqa: E402
 
+from sim import metaworld_tasks  # noqa: E402
 from sim.fleet import SITES, RobotProfile, make_fleet, make_robot  # noqa: E402
 
 # env id -> (its class as module:name, its episode length in steps)
@@ -29,6 +31,7 @@ ENVS = {
 for _env_id, (_entry_point, _max_episode_steps) in ENVS.items():
     if _env_id not in gym.registry:
         gym.register(id=_env_id, entry_point=_entry_point, max_episode_steps=_max_episode_steps)
+metaworld_tasks.register_envs()
 
 # What ``sim.NAME`` loads on first use: the env classes and the tasks (whose experts load mujoco)
 _LOADED_ON_USE = {
@@ -36,6 +39,7 @@ _LOADED_ON_USE = {
     "TaskSpec": "sim.tasks",
     "available_tasks": "sim.tasks",
     "resolve_task": "sim.tasks",
+    "resolve_tasks": "sim.tasks",
 }
 
 
@@ -58,4 +62,5 @@ __all__ = [
     "make_fleet",
     "make_robot",
     "resolve_task",
+    "resolve_tasks",
 ]

@@ -10,8 +10,9 @@ without editing this package, in either of two ways:
 - a ``module:attr`` reference to a ``TaskSpec``, accepted wherever the user names a task.
 
 Wherever the user names a task, ``resolve_task`` accepts a short name (``pick_place``),
-a registered env id (``robofleet/PickPlace-v0``), an entry-point name, or a
-``module:attr`` reference.
+a registered env id (``robofleet/PickPlace-v0``), a Meta-World task (``metaworld/pick-place-v3``,
+sim/metaworld_tasks.py), an entry-point name, or a ``module:attr`` reference. Where a command
+takes many tasks, ``resolve_tasks`` also accepts a group (``metaworld/mt10``, ``metaworld/easy``).
 
 **Files name tasks; only the user imports code.** A checkpoint, a store manifest or an
 export records the task it was made on, and a file can say anything: a ``module:attr``
@@ -23,8 +24,10 @@ command line (``--task``).
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from dataclasses import dataclass, field
+from functools import partial
 from importlib.metadata import entry_points
 from typing import Any, Callable, Protocol
 
@@ -33,6 +36,7 @@ import numpy as np
 
 from sim import experts
 from sim.fleet import RobotProfile
+from sim.metaworld_tasks import FAMILY, GROUPS, TASK_INDEX, MetaWorldExpert, task_name
 
 ENTRY_POINT_GROUP = "robofleet.tasks"
 
@@ -84,6 +88,10 @@ BUILTIN_TASKS: dict[str, TaskSpec] = {
         TaskSpec("stack", "robofleet/Stack-v0", experts.StackExpert),
     )
 }
+# Meta-World's tasks: named by their env id, their env made from the whole profile as the built-in tasks'.
+METAWORLD_TASKS: dict[str, TaskSpec] = {
+    task_name(task): TaskSpec(task_name(task), task_name(task), partial(MetaWorldExpert, task)) for task in TASK_INDEX
+}
 
 
 def _load_reference(reference: str) -> TaskSpec:
@@ -104,14 +112,14 @@ def plugin_tasks() -> dict[str, TaskSpec]:
 
 def available_tasks() -> list[str]:
     """Names of every task that ``resolve_task`` accepts without a module reference."""
-    return sorted({*BUILTIN_TASKS, *plugin_tasks()})
+    return sorted({*BUILTIN_TASKS, *METAWORLD_TASKS, *plugin_tasks()})
 
 
 def is_registered(name: str) -> bool:
-    """Whether ``name`` is a built-in task, its env id, or an installed entry point: a task whose code
-    the user chose by installing it, which a file may name."""
+    """Whether ``name`` is a built-in task, its env id, a Meta-World task, or an installed entry point: a task
+    whose code the user chose by installing it, which a file may name."""
     return (name in BUILTIN_TASKS or any(name == spec.env_id for spec in BUILTIN_TASKS.values())
-            or name in plugin_tasks())
+            or name in METAWORLD_TASKS or name in plugin_tasks())
 
 
 def recorded_task(reference: str, given: str | None, where: str) -> TaskSpec:
@@ -136,6 +144,14 @@ def resolve_task(name: str | TaskSpec) -> TaskSpec:
         return name
     if name in BUILTIN_TASKS:
         return BUILTIN_TASKS[name]
+    if name in METAWORLD_TASKS:
+        return METAWORLD_TASKS[name]
+    if name in GROUPS:
+        raise ValueError(f"{name!r} is a group of {len(GROUPS[name])} tasks and this takes one task; "
+                         f"name one of them, e.g. {task_name(GROUPS[name][0])}")
+    if name.startswith(f"{FAMILY}/"):
+        raise ValueError(f"unknown Meta-World task {name!r}{_did_you_mean(name)}; "
+                         f"name an MT50 task (e.g. metaworld/pick-place-v3) or a group ({', '.join(GROUPS)})")
     for spec in BUILTIN_TASKS.values():
         if name == spec.env_id:
             return spec
@@ -148,5 +164,22 @@ def resolve_task(name: str | TaskSpec) -> TaskSpec:
     if ":" in name:
         return _load_reference(name)
     raise ValueError(
-        f"unknown task {name!r}; choose from {', '.join(available_tasks())} or give a module:attr reference"
+        f"unknown task {name!r}; choose from {', '.join(sorted({*BUILTIN_TASKS, *plugins}))}, a Meta-World task "
+        "or group (metaworld/pick-place-v3, metaworld/mt10, ...) or give a module:attr reference"
     )
+
+
+def resolve_tasks(name: str | TaskSpec) -> list[TaskSpec]:
+    """The tasks a name stands for: a group's (``metaworld/mt10``), in its order, or the one task that
+    ``resolve_task`` resolves."""
+    if isinstance(name, str) and name in GROUPS:
+        return [METAWORLD_TASKS[task_name(task)] for task in GROUPS[name]]
+    return [resolve_task(name)]
+
+
+def _did_you_mean(name: str) -> str:
+    """A hint naming the Meta-World task or group closest to ``name``, compared without the shared prefix."""
+    prefix = f"{FAMILY}/"
+    choices = [choice.removeprefix(prefix) for choice in (*METAWORLD_TASKS, *GROUPS)]
+    close = difflib.get_close_matches(name.removeprefix(prefix), choices, n=1)
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
