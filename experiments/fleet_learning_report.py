@@ -131,6 +131,7 @@ def rows(runs: dict, expert: dict, curve: list[dict]) -> list[dict]:
             table[-1]["bc_frames"] = needed and round(needed)
             bracket = bc_bracket(table[-1]["over_expert"], curve)
             table[-1]["bc_bracket"] = bracket and [round(point["frames"]) for point in bracket]
+            table[-1]["bc_outside"] = bool(curve) and bracket is None  # no share read beyond measured points
             table[-1]["share_of_bc"] = account.get("labelled_so_far") / needed \
                 if needed and account.get("labelled_so_far") else None
             if "held_out" in evaluation and "held_out" in expert:
@@ -215,8 +216,8 @@ def markdown(config: dict, table: list[dict], expert: dict, command: str, machin
         held_out = f"{held_out['success']:.1f}% [{held_out['ci95'][0]:.0f}, {held_out['ci95'][1]:.0f}]" if held_out \
             else "-"
         needed = (f"{row['bc_frames']:,} ({row['share_of_bc']:.0%}; between BC's {row['bc_bracket'][0]:,} and "
-                  f"{row['bc_bracket'][1]:,})" if row.get("share_of_bc") else "- (beyond BC's measured points)"
-                  if row.get("labelled_so_far") else "-")
+                  f"{row['bc_bracket'][1]:,})" if row.get("share_of_bc")
+                  else "- (outside BC's measured points)" if row.get("bc_outside") else "-")
         lines.append(f"| {row['gate']} | {row['round']} | {row['step']} | {row['labelled_so_far']} | "
                      f"{row['success']:.1f}% [{row['ci95'][0]:.0f}, {row['ci95'][1]:.0f}] | {row['over_expert']:.2f} | "
                      f"{sites} | {held_out} | {needed} | {shown} |")

@@ -86,8 +86,6 @@ SECTIONS = [
     _readme("readme_fedavg", "fleet_vs_single", "experiments.fleet_vs_single:fedavg_text"),
     _readme("readme_personal", "fleet_vs_single", "experiments.fleet_vs_single:personal_text"),
 ]
-# Not rendered yet: the table's format (BC's share and the two points it lies between) is newer than every committed
-# fleet-learning results file; experiments.fleet_learning_republish brings one up to it.
 FLEET_LEARNING = Section("fleet_learning", "docs/fleet_learning_runs.md", "", "fleet_learning",
                          "experiments.fleet_learning_report:section_text")
 
@@ -95,6 +93,12 @@ FLEET_LEARNING = Section("fleet_learning", "docs/fleet_learning_runs.md", "", "f
 def fleet_learning_section(name: str) -> Section:
     """The section of the fleet-learning run whose results are ``name``.json."""
     return Section(name, FLEET_LEARNING.doc, "", name, FLEET_LEARNING.render)
+
+
+def every_section(root: Path = REPO) -> list[Section]:
+    """``SECTIONS``, and a section for each fleet-learning run recorded under ``root``."""
+    runs = sorted((root / RESULTS).glob(f"{FLEET_LEARNING.results}*.json"))
+    return SECTIONS + [fleet_learning_section(path.stem) for path in runs]
 
 
 def section_for(name: str) -> Section:
@@ -137,7 +141,7 @@ def render(root: Path = REPO, check: bool = False) -> list[str]:
     that was stale."""
     documents: dict[str, str] = {}
     stale = []
-    for section in (section for section in SECTIONS if section.renders):
+    for section in (section for section in every_section(root) if section.renders):
         document = documents.get(section.doc)
         if document is None:
             path = root / section.doc
