@@ -53,6 +53,32 @@ def as_profile(profile: RobotProfile | dict | None) -> RobotProfile:
     return profile
 
 
+class Cameras:
+    """Offscreen renderers of one MuJoCo model, one per image size, each made when first asked for."""
+
+    def __init__(self, model: mujoco.MjModel):
+        self.model = model
+        self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
+
+    def render(self, data: mujoco.MjData, camera: str, size: tuple[int, int], shadows: bool = True) -> np.ndarray:
+        """An RGB uint8 image (H, W, 3) from one of the model's cameras.
+
+        Observation images are rendered without shadows: with software OpenGL (llvmpipe,
+        as on CPU-only machines) shadows multiply the rendering time (docs/performance.md).
+        """
+        renderer = self._renderers.get(size)
+        if renderer is None:
+            renderer = self._renderers[size] = mujoco.Renderer(self.model, height=size[0], width=size[1])
+        renderer.update_scene(data, camera=camera)
+        renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = shadows
+        return renderer.render()
+
+    def close(self) -> None:
+        for renderer in self._renderers.values():
+            renderer.close()
+        self._renderers.clear()
+
+
 class ArmEnv(gym.Env):
     """Base class of the RoboFleet arm tasks. Subclasses document their own spec."""
 
@@ -88,7 +114,7 @@ class ArmEnv(gym.Env):
         self.goal_site = self.model.site("goal").id
         self.ee_site = self.model.site("ee").id
         self.finger_qpos = self.model.jnt_qposadr[[self.model.joint("finger_left").id, self.model.joint("finger_right").id]]
-        self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
+        self._cameras = Cameras(self.model)
 
         self.action_space = spaces.Box(-1.0, 1.0, shape=(self.controller.action_dim,), dtype=np.float32)
         observation_spaces = {
@@ -167,9 +193,7 @@ class ArmEnv(gym.Env):
         return None
 
     def close(self):
-        for renderer in self._renderers.values():
-            renderer.close()
-        self._renderers.clear()
+        self._cameras.close()
 
     # ----- helpers ----------------------------------------------------------------------
     @property
@@ -208,17 +232,8 @@ class ArmEnv(gym.Env):
         return observation
 
     def render_camera(self, camera: str, size: tuple[int, int], shadows: bool = True) -> np.ndarray:
-        """An RGB uint8 image (H, W, 3) from one of the scene's cameras.
-
-        Observation images are rendered without shadows: with software OpenGL (llvmpipe,
-        as on CPU-only machines) shadows multiply the rendering time (docs/performance.md).
-        """
-        renderer = self._renderers.get(size)
-        if renderer is None:
-            renderer = self._renderers[size] = mujoco.Renderer(self.model, height=size[0], width=size[1])
-        renderer.update_scene(self.data, camera=camera)
-        renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = shadows
-        return renderer.render()
+        """An RGB uint8 image (H, W, 3) from one of the scene's cameras (``Cameras.render``)."""
+        return self._cameras.render(self.data, camera, size, shadows)
 
     def sample_table_point(self, margin: float, half_extent=(0.13, 0.2)) -> np.ndarray:
         """A uniform xy point on the usable part of the table."""

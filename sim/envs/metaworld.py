@@ -11,7 +11,7 @@ from gymnasium import spaces
 from metaworld.env_dict import ALL_V3_ENVIRONMENTS
 from metaworld.types import Task
 
-from sim.envs.base import WORLD_EXTENT, as_profile
+from sim.envs.base import WORLD_EXTENT, Cameras, as_profile
 from sim.fleet import RobotProfile
 from sim.metaworld_tasks import DESCRIPTIONS, TASK_INDEX
 
@@ -94,9 +94,8 @@ class MetaWorldEnv(gym.Env):
         self.positions = positions
         self.render_mode = render_mode
         self.terminate_on_success = terminate_on_success
-        self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
-
         self._sawyer = self._make_sawyer()
+        self._cameras = Cameras(self.model)
         self._perturb_scene()
         bounds = self._sawyer.sawyer_observation_space
         # Meta-World leaves the objects' coordinates unbounded; the scene lies within WORLD_EXTENT, as the arm tasks'.
@@ -175,19 +174,10 @@ class MetaWorldEnv(gym.Env):
         return None
 
     def render_camera(self, size: tuple[int, int], shadows: bool = True) -> np.ndarray:
-        """An RGB uint8 image (H, W, 3) from corner2, upright (the camera is mounted upside down).
-
-        Observation images are rendered without shadows, as the arm tasks' (sim/envs/base.py).
-        """
-        renderer = self._renderers.get(size)
-        if renderer is None:
-            renderer = self._renderers[size] = mujoco.Renderer(self.model, height=size[0], width=size[1])
-        renderer.update_scene(self.data, camera=CAMERA)
-        renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = shadows
-        return np.ascontiguousarray(renderer.render()[::-1, ::-1])
+        """An RGB uint8 image (H, W, 3) from corner2, upright: the camera is mounted upside down
+        (``Cameras.render``)."""
+        return np.ascontiguousarray(self._cameras.render(self.data, CAMERA, size, shadows)[::-1, ::-1])
 
     def close(self):
-        for renderer in self._renderers.values():
-            renderer.close()
-        self._renderers.clear()
+        self._cameras.close()
         self._sawyer.close()
