@@ -136,7 +136,7 @@ def act_vs_lerobot(store: Path, work: Path, steps: int = 60, batch_size: int = 6
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = benchmark_parser(__doc__)
+    parser = benchmark_parser(__doc__, __spec__.name)
     parser.add_argument("--robots", type=int, default=6)
     parser.add_argument("--episodes", type=int, default=5)
     parser.add_argument("--task", default="pick_place")

@@ -248,7 +248,7 @@ def write_seconds(features: dict, recorded: dict[int, list[EpisodeRecord]], chec
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = benchmark_parser(__doc__)
+    parser = benchmark_parser(__doc__, __spec__.name)
     parser.add_argument("--robots", type=int, help="default 16, or 4 with --cameras")
     parser.add_argument("--episodes", type=int, help="default 30, or 4 with --cameras")
     parser.add_argument("--task", default="pick_place")

@@ -1,4 +1,4 @@
-"""What every benchmark shares: machine facts, the JSON result, the markdown table.
+"""What every benchmark shares: machine facts, the command line, the JSON result, the markdown table.
 
 A benchmark's own job (its default inputs) is recorded: its JSON in benchmarks/results/ and
 rows in benchmarks/README.md. A job on a user's run, checkpoint or data is only printed,
@@ -12,6 +12,7 @@ import json
 import multiprocessing
 import os
 import platform
+import shlex
 import shutil
 import socket
 import statistics
@@ -161,9 +162,25 @@ def json_file(value: str) -> Path:
     return path
 
 
-def benchmark_parser(description: str) -> argparse.ArgumentParser:
-    """A parser with the options every benchmark shares: where results and tables go."""
-    parser = OneLineErrorParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+class BenchmarkParser(OneLineErrorParser):
+    """A benchmark's parser: its parsed arguments carry ``command``, the command line that gives them, for the
+    result's provenance."""
+
+    def __init__(self, module: str, **options) -> None:
+        super().__init__(**options)
+        self.module = module
+
+    def parse_args(self, args=None, namespace=None):  # noqa: D102 (argparse's)
+        argv = sys.argv[1:] if args is None else list(args)
+        parsed = super().parse_args(argv, namespace)
+        parsed.command = shlex.join(["python", "-m", self.module, *argv])
+        return parsed
+
+
+def benchmark_parser(description: str, module: str) -> argparse.ArgumentParser:
+    """A parser for the benchmark ``module`` (``benchmarks.<name>``) with the options every benchmark shares:
+    where results and tables go."""
+    parser = BenchmarkParser(module, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results-dir", type=Path, default=RESULTS, help="where <name>.json is written")
     parser.add_argument("--tables", type=Path, default=TABLES, help="markdown file holding the tables")
     parser.add_argument("--out", type=json_file, help="write the JSON result to this file and nothing else "
@@ -173,7 +190,8 @@ def benchmark_parser(description: str) -> argparse.ArgumentParser:
 
 def job_options(args: argparse.Namespace) -> dict:
     """The options of a benchmark's job, for its result: every option but where the result goes."""
-    return {name: value for name, value in vars(args).items() if name not in ("results_dir", "tables", "out")}
+    return {name: value for name, value in vars(args).items()
+            if name not in ("results_dir", "tables", "out", "command")}
 
 
 def default_job(parser: argparse.ArgumentParser, args: argparse.Namespace) -> bool:
@@ -183,9 +201,11 @@ def default_job(parser: argparse.ArgumentParser, args: argparse.Namespace) -> bo
 
 def publish(name: str, result: dict, header: list[str], rows: list[list], args: argparse.Namespace,
             table: str | None = None, recorded: bool = True) -> Path | None:
-    """Print the rows; write the JSON to ``--out`` if given, else, for a ``recorded`` job (the benchmark's
-    own), to RESULTS/<name>.json with the rows appended to table ``table`` (default ``name``). A job on a
-    user's run or data (not ``recorded``) without ``--out`` writes nothing. Returns the JSON's path."""
+    """Print the rows; write the JSON, with the command line that ran it, to ``--out`` if given, else, for a
+    ``recorded`` job (the benchmark's own), to RESULTS/<name>.json with the rows appended to table ``table``
+    (default ``name``). A job on a user's run or data (not ``recorded``) without ``--out`` writes nothing. Returns
+    the JSON's path. The machine facts, code version and date are the result's own (``machine_facts``)."""
+    result = {**result, "command": args.command}
     print(" | ".join(header[2:]))
     for row in rows:
         print(" | ".join(str(cell) for cell in row[2:]))  # without date and code version

@@ -200,7 +200,7 @@ def run_rounds(job: DeployJob, rounds: int) -> tuple[list[dict[str, float]], lis
 
 def parse(argv: list[str] | None) -> tuple[object, bool]:
     """The options, with ``--help-steps`` filled in, and whether they ask for the benchmark's own job."""
-    parser = benchmark_parser(__doc__)
+    parser = benchmark_parser(__doc__, __spec__.name)
     parser.add_argument("--task", default="pick_place")
     parser.add_argument("--robots", type=int, default=20)
     parser.add_argument("--episodes", type=int, default=2, help="episodes per robot (waves), at least 2")

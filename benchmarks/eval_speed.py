@@ -85,7 +85,7 @@ def measure_engine(config: EvalConfig, workers: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = benchmark_parser(__doc__)
+    parser = benchmark_parser(__doc__, __spec__.name)
     parser.add_argument("--checkpoint", type=Path, help="a trained run (default: make a small one)")
     parser.add_argument("--task", default="pick_place", help="task of the checkpoint made without --checkpoint")
     parser.add_argument("--robots", type=int, default=100)

@@ -20,7 +20,7 @@ from sim.tasks import BUILTIN_TASKS
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = benchmark_parser(__doc__)
+    parser = benchmark_parser(__doc__, __spec__.name)
     parser.add_argument("--robots", type=int, default=100)
     parser.add_argument("--episodes", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)

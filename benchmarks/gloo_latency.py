@@ -115,7 +115,7 @@ def run_ranks(iterations: int, rounds: int, realtime: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = benchmark_parser(__doc__)
+    parser = benchmark_parser(__doc__, __spec__.name)
     parser.add_argument("--iterations", type=int, default=300, help="calls timed per operation and round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-realtime", action="store_true", help="skip the run under the real-time scheduler")

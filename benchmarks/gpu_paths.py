@@ -117,7 +117,7 @@ def run_rounds(args: argparse.Namespace, run_one: Callable[[int, int, str], dict
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = benchmark_parser(__doc__)
+    parser = benchmark_parser(__doc__, __spec__.name)
     parser.add_argument("--robots", type=int, default=20)
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--task", default="pick_place")

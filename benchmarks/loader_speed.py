@@ -122,7 +122,7 @@ def build_setups(store: FleetStore, features: tuple[str, ...], lerobot_root: Pat
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = benchmark_parser(__doc__)
+    parser = benchmark_parser(__doc__, __spec__.name)
     parser.add_argument("--robots", type=int, default=20)
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--task", default="pick_place")

@@ -183,7 +183,7 @@ def table_row(machine: dict, row: dict) -> list:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = benchmark_parser(__doc__)
+    parser = benchmark_parser(__doc__, __spec__.name)
     parser.add_argument("--kinds", nargs="+", choices=KINDS, help="kinds whose CASES to measure "
                         "(default: all, or none with --checkpoint)")
     parser.add_argument("--skip", nargs="+", choices=list(CASES), default=[], help="cases of --kinds left out "

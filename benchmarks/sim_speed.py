@@ -68,7 +68,7 @@ def measure_task(task: str, seconds: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = benchmark_parser(__doc__)
+    parser = benchmark_parser(__doc__, __spec__.name)
     parser.add_argument("--seconds", type=float, default=3.0, help="timing window per measurement")
     parser.add_argument("--tasks", nargs="+", default=["reach", "push", "pick_place", "stack"])
     args = parser.parse_args(argv)

@@ -283,7 +283,7 @@ def gpu_scaling(data: Path, work: Path, args) -> dict | None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = benchmark_parser(__doc__)
+    parser = benchmark_parser(__doc__, __spec__.name)
     parser.add_argument("--data", type=Path, help="train on this fleet store instead of collecting one")
     parser.add_argument("--case", choices=CASES, default="mlp",
                         help="the default mlp, the cnn on cameras, or the mlp's runs sharing the host (threads)")

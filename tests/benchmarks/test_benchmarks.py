@@ -14,7 +14,9 @@ def test_sim_speed_writes_results_and_a_table_row(tmp_path):
     figures = result["tasks"][0]
     assert figures["task"] == "reach" and figures["frame_skip"] == 10
     assert abs(figures["physics_limit_control_steps_per_s"] - figures["mj_step_per_s"] / 10) <= 1
-    assert {"cores", "torch", "device", "code_version"} <= set(result["machine"])
+    assert {"cores", "torch", "device", "code_version", "date"} <= set(result["machine"])
+    assert result["command"] == ("python -m benchmarks.sim_speed --seconds 0.05 --tasks reach --results-dir "
+                                 f"{tmp_path} --tables {tables}")
     assert "| reach |" in tables.read_text()
 
 
