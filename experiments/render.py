@@ -1,12 +1,13 @@
 """Render the docs' experiment sections from their results files, or check that the docs are up to date.
 
-    python -m experiments.render            # rewrite every section from experiments/results/
+    python -m experiments.render            # rewrite every section from its results file
     python -m experiments.render --check    # write nothing; name each stale section, exit 1 if any
 
 A section is the text between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` in a doc. ``SECTIONS`` maps each
 to its doc, its heading, its results file and the function of that file's content that renders it: the function
-the experiment script calls when it finishes (``write``), so a section is written one way. A fleet-learning run's
-results ``fleet_learning*`` are a section of docs/fleet_learning_runs.md of their own name.
+the experiment script calls when it finishes (``write``), so a section is written one way. The README's speed
+figures render from benchmarks/results/ (``benchmarks.figures``), the rest from experiments/results/.
+A fleet-learning run's results ``fleet_learning*`` are a section of docs/fleet_learning_runs.md of their own name.
 A results file that carries a ``payload_sha256`` must match it; older files have none and are read as they are.
 """
 
@@ -25,14 +26,16 @@ from experiments.common import replaced_section, write_section
 from experiments.results_file import DIGEST, check_results
 
 RESULTS = "experiments/results"
+BENCHMARK_RESULTS = "benchmarks/results"
 
 
 @dataclass(frozen=True)
 class Section:
     """A rendered section: its ``name`` (markers), ``doc`` and ``heading`` (under which an experiment's first
     run appends it), its ``results`` file's name and ``render`` (``module:function`` of the results' content);
-    ``inline`` for a span inside a line (README's figures). ``renders`` is False where the committed results file
-    predates the format its script renders (its next run rewrites both): ``render`` leaves it as it is."""
+    ``inline`` for a span inside a line (README's figures); ``folder``, where the results file lies. ``renders`` is
+    False where the committed results file predates the format its script renders (its next run rewrites both):
+    ``render`` leaves it as it is."""
     name: str
     doc: str
     heading: str
@@ -40,6 +43,12 @@ class Section:
     render: str
     inline: bool = False
     renders: bool = True
+    folder: str = RESULTS
+
+    @property
+    def results_path(self) -> str:
+        """The repository-relative path of this section's results file."""
+        return f"{self.folder}/{self.results}.json"
 
     def text(self, result: dict) -> str:
         """This section's text, rendered from ``result`` (its results file's content)."""
@@ -47,8 +56,12 @@ class Section:
         return getattr(importlib.import_module(module), function)(result)
 
 
-def _readme(name: str, results: str, render: str) -> Section:
-    return Section(name, "README.md", "", results, render, inline=True)
+def _readme(name: str, results: str, render: str, folder: str = RESULTS) -> Section:
+    return Section(name, "README.md", "", results, render, inline=True, folder=folder)
+
+
+def _benchmark(name: str, results: str, render: str) -> Section:
+    return _readme(f"readme_{name}", results, f"benchmarks.figures:{render}", BENCHMARK_RESULTS)
 
 
 SECTIONS = [
@@ -85,6 +98,23 @@ SECTIONS = [
     _readme("readme_fleet_vs_single", "fleet_vs_single", "experiments.fleet_vs_single:fleet_gain_text"),
     _readme("readme_fedavg", "fleet_vs_single", "experiments.fleet_vs_single:fedavg_text"),
     _readme("readme_personal", "fleet_vs_single", "experiments.fleet_vs_single:personal_text"),
+    _readme("readme_visuomotor", "full_run_visuomotor", "experiments.readme_figures:kinds_over_expert_text"),
+    _readme("readme_act_gpu", "act_gpu_pick_place", "experiments.readme_figures:act_gpu_text"),
+    _readme("readme_scaling", "scaling", "experiments.readme_figures:reach_text"),
+    _readme("readme_scaling_visuomotor", "scaling_visuomotor", "experiments.readme_figures:reach_text"),
+    _readme("readme_compute_scaling", "compute_scaling", "experiments.readme_figures:compute_checks_text"),
+    _benchmark("expert_success", "expert_success", "expert_text"),
+    _benchmark("collect_speed", "collect_speed", "collect_text"),
+    _benchmark("collect_speed_cameras", "collect_speed_cameras", "collect_text"),
+    _benchmark("loader_speed", "loader_speed", "loader_text"),
+    _benchmark("train_speed", "train_speed", "train_text"),
+    _benchmark("train_speed_threads", "train_speed_threads", "threads_text"),
+    _benchmark("train_speed_image", "train_speed_image", "image_text"),
+    _benchmark("act_vs_lerobot", "act_vs_lerobot", "act_text"),
+    _benchmark("act_vs_lerobot_gpu", "act_vs_lerobot_gpu", "act_text"),
+    _benchmark("gpu_paths", "gpu_paths", "gpu_paths_text"),
+    _benchmark("deploy_speed", "deploy_speed", "deploy_text"),
+    _benchmark("eval_speed", "eval_speed", "eval_text"),
 ]
 FLEET_LEARNING = Section("fleet_learning", "docs/fleet_learning_runs.md", "", "fleet_learning",
                          "experiments.fleet_learning_report:section_text")
@@ -148,7 +178,7 @@ def render(root: Path = REPO, check: bool = False) -> list[str]:
             if not path.is_file():
                 fail(f"{section.doc}: no such doc, where section {section.name} goes")
             document = path.read_text()
-        results = f"{RESULTS}/{section.results}.json"
+        results = section.results_path
         text = section.text(read_results(root / results, root))
         try:
             documents[section.doc] = replaced_section(document, section.name, text, section.inline)

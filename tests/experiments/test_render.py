@@ -1,6 +1,6 @@
-"""experiments.render: the committed docs are up to date with the committed results, a changed results file makes
-its section stale until rendered, and a doc whose markers are missing or doubled gets one line. Everything but the
-first test renders into temporary copies of the docs and results."""
+"""experiments.render: the committed docs and README are up to date with the committed results, a changed results
+file (an experiment's or a benchmark's) makes its section stale until rendered, and a doc whose markers are missing
+or doubled gets one line. Everything but the first test renders into temporary copies of the docs and results."""
 
 import json
 import shutil
@@ -23,14 +23,14 @@ def test_the_committed_docs_are_up_to_date_with_the_committed_results(capsys):
 def copy(tmp_path):
     """A copy of every doc and results file the sections read."""
     for section in render.SECTIONS:
-        for path in (section.doc, f"{render.RESULTS}/{section.results}.json"):
+        for path in (section.doc, section.results_path):
             (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(REPO / path, tmp_path / path)
     return tmp_path
 
 
-def edit_results(root, change) -> None:
-    path = root / RESULTS
+def edit_results(root, change, results: str = RESULTS) -> None:
+    path = root / results
     result = json.loads(path.read_text())
     change(result)
     path.write_text(json.dumps(result))
@@ -57,6 +57,19 @@ def test_a_changed_figure_is_named_by_check_and_render_writes_it(copy, capsys):
         copy / "README.md").read_text()
     assert "| central | all 9, 2 DDP ranks | 57.7% " in (copy / "docs/federated.md").read_text()
     render.main(["--check", "--root", str(copy)])  # up to date now
+
+
+def test_a_changed_benchmark_result_makes_check_name_its_readme_span(copy, capsys):
+    results = "benchmarks/results/eval_speed.json"
+    edit_results(copy, lambda result: result["ratios"].update(eval_2w_vs_loop=1.5), results)
+    with pytest.raises(SystemExit) as stale:
+        render.main(["--check", "--root", str(copy)])
+    assert stale.value.code == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"README.md: section readme_eval_speed differs from {results}; run python -m experiments.render"]
+
+    render.main(["--root", str(copy)])
+    assert "<!-- readme_eval_speed:start -->1.50×<!-- readme_eval_speed:end -->" in (copy / "README.md").read_text()
 
 
 @pytest.mark.parametrize("change, problem", [("", "missing"), ("twice", "doubled")])
