@@ -115,6 +115,8 @@ SECTIONS = [
     _benchmark("gpu_paths", "gpu_paths", "gpu_paths_text"),
     _benchmark("deploy_speed", "deploy_speed", "deploy_text"),
     _benchmark("eval_speed", "eval_speed", "eval_text"),
+    Section("goals_deploy_speed", "docs/fleet_learning.md", "", "deploy_speed", "benchmarks.figures:deploy_text",
+            inline=True, folder=BENCHMARK_RESULTS),
 ]
 FLEET_LEARNING = Section("fleet_learning", "docs/fleet_learning_runs.md", "", "fleet_learning",
                          "experiments.fleet_learning_report:section_text")
