@@ -25,11 +25,12 @@ from collect.worker import PROGRESS_TOPIC, Actor, RobotJob, RobotReport, collect
 from core.cluster import dask_client
 from core.files import code_version
 from core.progress import progress_bar
-from dataset.schema import features_of
+from dataset.schema import TASK_FEATURES, features_of
 from dataset.shard import store_bytes, store_name
-from sim.fleet import RobotProfile, episode_seed, make_fleet
+from sim.fleet import RobotProfile, episode_seed, fleet_task, make_fleet
 from sim.rollout import replay_difference
-from sim.tasks import TaskSpec, resolve_task
+from sim.metaworld_tasks import GROUPS
+from sim.tasks import TaskSpec, resolve_tasks
 
 TASK_RETRIES = 2
 
@@ -88,29 +89,44 @@ class _Progress:
 
 def _check_deterministic(config: CollectConfig, spec: TaskSpec, env, profile: RobotProfile,
                          actor: Actor | None) -> None:
-    """Refuse, in one line, a task whose first episode is not the same twice from the same seed."""
+    """Refuse, in one line, a task whose first episode is not the same twice from the same seed (named as the user
+    named it, or a group's task by its name)."""
     stream = (actor.seed_stream, actor.seed_round) if actor else ("collect", 0)
     seed = episode_seed(config.seed, profile.robot_id, 0, *stream)
     if difference := replay_difference(env, spec.make_expert(profile), seed):
-        raise ValueError(f"task {config.task!r} is not deterministic: two resets with seed {seed} gave a different "
+        shown = spec.name if config.task in GROUPS else config.task
+        raise ValueError(f"task {shown!r} is not deterministic: two resets with seed {seed} gave a different "
                          f"{difference}; its reset(seed) must fix the episode (docs/sim.md, plug-in tasks; "
                          "collect --no-check-determinism skips this check)")
 
 
-def probe_task(config: CollectConfig, actor: Actor | None = None) -> tuple[TaskSpec, list[RobotProfile], dict, int]:
-    """The task, fleet, features and fps of ``config``, from one env of its first robot; a task that does
-    not make the same first episode twice from one seed is a ``ValueError`` first (unless
-    ``config.check_determinism`` is off)."""
-    spec = resolve_task(config.task)
+def probe_task(config: CollectConfig, actor: Actor | None = None) -> tuple[list[TaskSpec], list[RobotProfile], dict,
+                                                                           int]:
+    """The tasks, fleet, features and fps of ``config``, from one env of the first robot that runs each task
+    (``sim.fleet.fleet_task``: a group's tasks are shared out over the fleet). Each is a ``ValueError`` first: a
+    group with more tasks than robots, tasks that record different features, and a task that does not make the
+    same first episode twice from one seed (unless ``config.check_determinism`` is off). A multi-task collection
+    also records each frame's task (``dataset.schema.TASK_FEATURES``)."""
+    tasks = resolve_tasks(config.task)
+    if len(tasks) > config.robots:
+        raise ValueError(f"--task {config.task} has {len(tasks)} tasks and each robot runs one: "
+                         f"--robots must be at least {len(tasks)}")
     fleet = make_fleet(config.robots, config.seed)
-    probe = spec.make_env(fleet[0], cameras=config.cameras, image_size=config.image_size)
-    features, fps = features_of(probe), int(probe.metadata.get("render_fps", 0))
-    try:
-        if config.check_determinism:
-            _check_deterministic(config, spec, probe, fleet[0], actor)
-    finally:
-        probe.close()
-    return spec, fleet, features, fps
+    layouts = {}
+    for profile in fleet[:len(tasks)]:
+        spec = fleet_task(tasks, profile.robot_id)
+        probe = spec.make_env(profile, cameras=config.cameras, image_size=config.image_size)
+        try:
+            layouts[spec.name] = features_of(probe), int(probe.metadata.get("render_fps", 0))
+            if config.check_determinism:
+                _check_deterministic(config, spec, probe, profile, actor)
+        finally:
+            probe.close()
+    features, fps = layouts[tasks[0].name]
+    if other := next((name for name, layout in layouts.items() if layout != (features, fps)), None):
+        raise ValueError(f"the tasks of {config.task} record different data ({tasks[0].name} and {other} differ in "
+                         "their features or fps): one collection holds one layout")
+    return tasks, fleet, {**features, **(TASK_FEATURES if len(tasks) > 1 else {})}, fps
 
 
 def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None = None,
@@ -121,26 +137,31 @@ def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None 
     fleet, each with its own count: what ``collect --repair`` recollects. ``actor``
     acts instead of the task's expert (``collect.worker.Actor``; DAgger's rounds). Before anything
     is written, a task that does not make the same first episode twice from one seed is a
-    ``ValueError`` (unless ``config.check_determinism`` is off).
+    ``ValueError`` (unless ``config.check_determinism`` is off). A group of tasks (``metaworld/mt10``) is
+    shared out over the fleet, each robot running one of them (``sim.fleet.fleet_task``).
     """
-    spec, fleet, features, fps = probe_task(config, actor)
+    tasks, fleet, features, fps = probe_task(config, actor)
     targets = robot_episodes or {profile.robot_id: config.episodes for profile in fleet}
     out = Path(config.out)
     check_output(out, config, features, actor.lineage if actor else None)
-    attrs = {"task": spec.name, "env_id": spec.env_id, "fps": fps, "code_version": code_version(),
-             "data_config": config.data_config(), **({"lineage": actor.lineage} if actor else {})}
-    jobs = [
-        RobotJob(str(out / store_name(p.robot_id)), p.to_dict(), config.task, config.seed, targets[p.robot_id],
-                 config.cameras, config.image_size, config.keep_failures, config.flush_frames, attrs, actor)
-        for p in fleet if p.robot_id in targets
-    ]
-    return run_robot_tasks(config, spec, features, fps, fleet, targets,
+    attrs = {"fps": fps, "code_version": code_version(), "data_config": config.data_config(),
+             **({"lineage": actor.lineage} if actor else {})}
+    jobs = []
+    for profile in (profile for profile in fleet if profile.robot_id in targets):
+        spec = fleet_task(tasks, profile.robot_id)
+        # The task as given (a module:attr plug-in resolves only from the user's reference), a group's by name
+        task, task_index = (config.task, None) if len(tasks) == 1 else (spec.name, tasks.index(spec))
+        jobs.append(RobotJob(str(out / store_name(profile.robot_id)), profile.to_dict(), task, config.seed,
+                             targets[profile.robot_id], config.cameras, config.image_size, config.keep_failures,
+                             config.flush_frames, {"task": spec.name, "env_id": spec.env_id, **attrs}, actor,
+                             task_index))
+    return run_robot_tasks(config, tasks, features, fps, fleet, targets,
                            lambda client: [client.submit(collect_robot_on_worker, job, retries=TASK_RETRIES, pure=False)
                                            for job in jobs],
                            lineage=actor.lineage if actor else None)
 
 
-def run_robot_tasks(config: CollectConfig, spec: TaskSpec, features: dict, fps: int, fleet: list[RobotProfile],
+def run_robot_tasks(config: CollectConfig, tasks: list[TaskSpec], features: dict, fps: int, fleet: list[RobotProfile],
                     targets: dict[int, int], submit: Callable[[Client], list], lineage: dict | None = None,
                     preload: Sequence[str] = ("collect.worker",)) -> CollectionSummary:
     """Run the tasks ``submit(client)`` starts (each future gives a ``RobotReport``, or a list of them for the
@@ -155,7 +176,7 @@ def run_robot_tasks(config: CollectConfig, spec: TaskSpec, features: dict, fps: 
         started = time.perf_counter()
         settled = {robot_id: count for robot_id, count in create_output(out, config).items() if robot_id in targets}
         progress = _Progress(sum(targets.values()), settled, config.quiet)
-        write_manifest(out, config, spec, features, fps, fleet, lineage=lineage)
+        write_manifest(out, config, tasks, features, fps, fleet, lineage=lineage)
         client.subscribe_topic(PROGRESS_TOPIC, progress.on_event)
         futures = submit(client)
         try:
@@ -166,7 +187,7 @@ def run_robot_tasks(config: CollectConfig, spec: TaskSpec, features: dict, fps: 
             client.cancel(futures)
             client.unsubscribe_topic(PROGRESS_TOPIC)
             progress.close()
-            write_manifest(out, config, spec, features, fps, fleet, reports, lineage=lineage)
+            write_manifest(out, config, tasks, features, fps, fleet, reports, lineage=lineage)
         wall_seconds = time.perf_counter() - started
     cluster_seconds = time.perf_counter() - entered - wall_seconds
 

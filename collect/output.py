@@ -61,18 +61,22 @@ def create_output(out: Path, config: CollectConfig) -> dict[int, int]:
     return settled
 
 
-def write_manifest(out: Path, config: CollectConfig, spec: TaskSpec, features: dict, fps: int,
+def write_manifest(out: Path, config: CollectConfig, tasks: list[TaskSpec], features: dict, fps: int,
                    fleet: list[RobotProfile], reports: Iterable[RobotReport] = (), lineage: dict | None = None) -> None:
     """(Re)write OUT/manifest.json of a collection from the stores that are on disk now.
 
     ``reports`` of robots whose tasks just finished give their counts without opening
     their stores again. ``lineage`` (where the data came from, when
-    not the task's expert) is kept as it is.
+    not the task's expert) is kept as it is. A group's ``tasks`` are listed in the order
+    the frames' ``task_index`` counts them.
     """
     known = {report.robot_id: robot_entry(report.site, report.kept, report.frames, report.failed)
              for report in reports}
     # "reference" is the task as given (a name, env id or module:attr): what later commands resolve it from
-    task = {"name": spec.name, "env_id": spec.env_id, "reference": config.task}
+    if len(tasks) == 1:
+        task = {"name": tasks[0].name, "env_id": tasks[0].env_id, "reference": config.task}
+    else:  # a group, shared out over the fleet by sim.tasks.fleet_task; frames record their index in "tasks"
+        task = {"name": config.task, "env_id": None, "reference": config.task, "tasks": [spec.name for spec in tasks]}
     write_store_manifest(out, task=task, fps=fps, features=features,
                          seed=config.seed, data_config=config.data_config(),
                          collect_config={**config.__dict__, "cameras": list(config.cameras)},

@@ -34,7 +34,7 @@ from dataset.fleet_store import FleetStore
 from dataset.manifest import MANIFEST, REPAIR_DIR, REPAIR_JOURNAL, robot_entry
 from dataset.shard import store_name
 from dataset.verify import Problem, under_repair, verify_shard, verify_store
-from sim.tasks import recorded_task
+from sim.tasks import recorded_tasks
 
 ASIDE = REPAIR_DIR
 
@@ -79,7 +79,7 @@ def repair_store(path: str | Path, workers: int = 1, quiet: bool = False,
     ``ValueError`` where the damage cannot be repaired from seeds (no manifest, a collection not
     made by ``collect``, problems outside any robot's store) and where a recollection differs
     from the original, and where the manifest names a plug-in task that ``given_task`` (the user's
-    ``--task``) does not (``sim.tasks.recorded_task``). The report's ``remaining`` holds what verify
+    ``--task``) does not (``sim.tasks.recorded_tasks``). The report's ``remaining`` holds what verify
     still finds: any of it in a repaired robot's store leaves the journal in place, for the next
     repair to carry on.
     """
@@ -89,7 +89,7 @@ def repair_store(path: str | Path, workers: int = 1, quiet: bool = False,
     if manifest is None or not manifest.get("collect_config"):
         raise ValueError(f"{path} has no {MANIFEST} written by collect: its episodes cannot be recollected")
     config = _config(path, manifest, workers, quiet)
-    recorded_task(config.task, given_task, f"{path / MANIFEST}")
+    recorded_tasks(config.task, given_task, f"{path / MANIFEST}")
     problems = verify_store(store, progress=not quiet, given_task=given_task) if problems is None else problems
     if store_level := [problem for problem in problems if problem.shard is None and not problem.note]:
         raise ValueError(f"cannot repair {path}: {store_level[0]}")

@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from core.errors import crash_point
-from dataset.schema import features_of
+from dataset.schema import TASK_FEATURES, features_of
 from dataset.shard import storage_dtype
 from dataset.writer import EpisodeRecord, ShardWriter
 from sim.fleet import RobotProfile, episode_seed
@@ -60,6 +60,7 @@ class RobotJob:
     flush_frames: int
     attrs: dict  # stored on the shard: task, env id, fps, code version, data config
     actor: Actor | None = None  # None: the task's scripted expert
+    task_index: int | None = None  # in a multi-task collection: the task's index in the manifest's list
 
 
 @dataclass
@@ -90,7 +91,7 @@ def collect_robot(job: RobotJob, report_progress: Callable[[int, int], None] | N
     env = spec.make_env(profile, cameras=job.cameras, image_size=job.image_size)
     actor = job.actor or Actor(spec.make_expert)
     agent = actor.make(profile)
-    features = features_of(env)
+    features = {**features_of(env), **(TASK_FEATURES if job.task_index is not None else {})}
     steps = 0
     with ShardWriter(job.store_path, {**job.attrs, "profile": job.profile}, features) as shard:
         settled = shard.done_indices()
@@ -103,6 +104,8 @@ def collect_robot(job: RobotJob, report_progress: Callable[[int, int], None] | N
             episode = run_episode(env, agent, seed, reset_policy=agent.reset, record=True,
                                   label=getattr(agent, "label", None))
             steps += episode.length
+            if job.task_index is not None:
+                episode.frames["task_index"] = np.full(episode.length, job.task_index)
             if episode.success or job.keep_failures:
                 pending.append(EpisodeRecord(index, seed, episode.success, to_features(episode.frames, features)))
                 buffered_frames += episode.length

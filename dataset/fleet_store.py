@@ -13,7 +13,7 @@ import numpy as np
 import zarr
 
 from dataset.chunks import decode_failure, read_rows
-from dataset.manifest import MANIFEST, read_manifest, read_repair_journal
+from dataset.manifest import MANIFEST, read_manifest, read_repair_journal, robot_task
 from dataset.shard import Shard, committed_count
 from sim.fleet import RobotProfile
 
@@ -92,10 +92,10 @@ class FleetStore:
         """
         if self.manifest is None:
             return {}
-        task, data = (self.manifest.get("task") or {}).get("name"), self.manifest.get("data_config") or {}
+        data = self.manifest.get("data_config") or {}
         foreign = {}
         for robot_id, shard in self.shards.items():
-            attrs = shard.group.attrs
+            attrs, task = shard.group.attrs, robot_task(self.manifest, robot_id)
             own = {"task": attrs.get("task", task), **dict(attrs.get("data_config") or {})}
             for key, value in {"task": task, **data}.items():
                 if key in own and own[key] != value:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from core.files import code_version, write_json_atomic
 from dataset.shard import SCHEMA_VERSION, read_progress
+from sim.fleet import fleet_task
 
 MANIFEST = "manifest.json"
 REPAIR_DIR = ".repair"  # where repair sets damaged robot stores aside, beside its journal
@@ -56,6 +57,13 @@ def read_manifest(directory: Path) -> dict | None:
             raise ValueError(f"{path} is damaged: its {key} is a JSON {type(manifest[key]).__name__}; restore it, "
                              "or recollect into a new --out")
     return manifest
+
+
+def robot_task(manifest: dict, robot_id: int) -> str:
+    """The name of the task robot ``robot_id`` of a collection runs: the manifest's task, or in a multi-task
+    collection the one of its ``tasks`` that ``sim.fleet.fleet_task`` gives the robot."""
+    task = manifest.get("task") or {}
+    return fleet_task(task["tasks"], robot_id) if task.get("tasks") else task.get("name")
 
 
 def read_repair_journal(directory: Path) -> dict[int, dict]:

@@ -12,6 +12,9 @@ STEP_FEATURES = {
     "next.success": {"dtype": "bool", "shape": [1], "names": None},
 }
 
+# Recorded in a multi-task collection only: the frame's task, an index into the manifest's task list ("tasks").
+TASK_FEATURES = {"task_index": {"dtype": "int64", "shape": [1], "names": None}}
+
 
 def _vector_feature(space: spaces.Box, names) -> dict:
     names = list(names) if names is not None else [f"{i}" for i in range(int(np.prod(space.shape)))]

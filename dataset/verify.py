@@ -38,7 +38,7 @@ from core.errors import one_line
 from core.progress import progress_bar
 from dataset.chunks import chunk_rows, decode_failure, has_checksums, list_keys, may_be_absent, rows_label
 from dataset.fleet_store import FleetStore
-from dataset.manifest import MANIFEST, REPAIR_DIR
+from dataset.manifest import MANIFEST, REPAIR_DIR, robot_task
 from dataset.shard import (META_FIELDS, SCHEMA_VERSION, Shard, committed_count, run_async, run_concurrently,
                            storage_dtype, store_name)
 from sim.fleet import RobotProfile
@@ -67,29 +67,38 @@ class Problem:
 Bounds = dict[str, tuple[np.ndarray, np.ndarray]]  # feature -> (low, high) per dimension
 
 
-def declared_bounds(store: FleetStore, given_task: str | None = None) -> tuple[Bounds, list[Problem]]:
-    """The float features' bounds from the spaces of the store's task env, and a note where there are none.
+def declared_bounds(store: FleetStore, given_task: str | None = None) -> tuple[dict[int, Bounds], list[Problem]]:
+    """The float features' bounds of each robot's store (robot id -> bounds), from the spaces of the env of the task
+    it runs, and a note where there are none.
 
-    The manifest names the task; a plug-in ``module:attr`` it names is imported only when the
-    user gave the same reference (``given_task``, ``sim.tasks.recorded_task``)."""
+    The manifest names the task (a group's robots each run one of its tasks, ``robot_task``); a plug-in
+    ``module:attr`` it names is imported only when the user gave the same reference (``given_task``,
+    ``sim.tasks.recorded_task``)."""
     manifest = store.manifest or {}
-    task = manifest.get("data_config", {}).get("task") or (manifest.get("task") or {}).get("name")
-    if task is None or not store.shards:
+    reference = manifest.get("data_config", {}).get("task") or (manifest.get("task") or {}).get("name")
+    if reference is None or not store.shards:
         return {}, []
-    try:
-        spec = recorded_task(task, given_task, f"{store.path / MANIFEST}")
-    except ValueError as error:  # an unknown task, or a plug-in the user did not name
-        return {}, [Problem(None, None, f"values not checked against bounds: {error}", note=True)]
-    try:
-        shard = next(iter(store.shards.values()))
-        env = spec.make_env(RobotProfile.from_dict(dict(shard.group.attrs["profile"])))
-    except Exception as error:  # a plug-in module that is not importable, an env that cannot be made
-        return {}, [Problem(None, None, f"values not checked against bounds: cannot make task {task!r}'s env "
-                                        f"({one_line(error)})", note=True)]
-    spaces = {**env.observation_space.spaces, "action": env.action_space}
-    env.close()
-    return {name: (space.low.ravel(), space.high.ravel()) for name, space in spaces.items()
-            if np.issubdtype(space.dtype, np.floating)}, []
+    grouped = bool((manifest.get("task") or {}).get("tasks"))
+    by_task: dict[str, Bounds] = {}
+    for robot_id, shard in store.shards.items():
+        task = robot_task(manifest, robot_id) if grouped else reference
+        if task in by_task:
+            continue
+        try:
+            spec = recorded_task(task, given_task, f"{store.path / MANIFEST}")
+        except ValueError as error:  # an unknown task, or a plug-in the user did not name
+            return {}, [Problem(None, None, f"values not checked against bounds: {error}", note=True)]
+        try:
+            env = spec.make_env(RobotProfile.from_dict(dict(shard.group.attrs["profile"])))
+        except Exception as error:  # a plug-in module that is not importable, an env that cannot be made
+            return {}, [Problem(None, None, f"values not checked against bounds: cannot make task {task!r}'s env "
+                                            f"({one_line(error)})", note=True)]
+        spaces = {**env.observation_space.spaces, "action": env.action_space}
+        env.close()
+        by_task[task] = {name: (space.low.ravel(), space.high.ravel()) for name, space in spaces.items()
+                         if np.issubdtype(space.dtype, np.floating)}
+    return {robot_id: by_task[robot_task(manifest, robot_id) if grouped else reference]
+            for robot_id in store.shards}, []
 
 
 def verify_store(store: FleetStore, check_data: bool = True, progress: bool = False,
@@ -112,7 +121,7 @@ def verify_store(store: FleetStore, check_data: bool = True, progress: bool = Fa
             problems.append(Problem(store_name(robot_id), None, f"listed in {MANIFEST} but missing"))
     for robot_id, difference in store.foreign_robots.items():
         problems.append(Problem(store_name(robot_id), None, f"belongs to another collection: {difference}"))
-    tasks = [dask.delayed(verify_shard, pure=False)(shard, store.manifest, check_data, bounds)
+    tasks = [dask.delayed(verify_shard, pure=False)(shard, store.manifest, check_data, bounds.get(shard.robot_id))
              for shard in store.shards.values() if shard.robot_id not in store.repairing]
     with TqdmCallback(desc="verify", unit="shard", tqdm_class=progress_bar) if progress else contextlib.nullcontext():
         per_shard = dask.compute(*tasks, scheduler=dask.config.get("scheduler", "threads"))

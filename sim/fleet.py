@@ -22,10 +22,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
+from typing import Sequence, TypeVar
 
 import numpy as np
 
 SITES = ("office", "warehouse", "factory")
+T = TypeVar("T")
 
 # Per-site sampling ranges, (low, high) for uniform draws.
 SITE_DISTRIBUTIONS: dict[str, dict[str, tuple[float, float]]] = {
@@ -168,3 +170,12 @@ def episode_seed(fleet_seed: int, robot_id: int, episode: int, stream: str = "co
     entropy = [fleet_seed, robot_id, episode, SEED_STREAMS[stream], *([round] if round else [])]
     sequence = np.random.SeedSequence(entropy)
     return int(sequence.generate_state(1, dtype=np.uint32)[0])
+
+
+def fleet_task(tasks: Sequence[T], robot_id: int) -> T:
+    """The task robot ``robot_id`` runs when a fleet shares ``tasks`` out: robot k runs task k mod n, so each block
+    of n robots (0..n-1, n..2n-1, ...) runs every task once. Robots take the sites in turn, so a task meets every
+    site as the fleet grows; where n is a multiple of the number of sites it would not, and each block is shifted
+    by one task more than the last."""
+    shift = robot_id // len(tasks) if len(tasks) % len(SITES) == 0 else 0
+    return tasks[(robot_id + shift) % len(tasks)]

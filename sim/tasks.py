@@ -137,6 +137,11 @@ def recorded_task(reference: str, given: str | None, where: str) -> TaskSpec:
     return resolve_task(reference)
 
 
+def recorded_tasks(reference: str, given: str | None, where: str) -> list[TaskSpec]:
+    """``recorded_task`` for a file that may name a group (a multi-task collection's manifest): its tasks."""
+    return resolve_tasks(reference) if reference in GROUPS else [recorded_task(reference, given, where)]
+
+
 def resolve_task(name: str | TaskSpec) -> TaskSpec:
     """The ``TaskSpec`` for a name the user gave: a short name, env id, entry-point name or ``module:attr``
     (a task read from a file goes through ``recorded_task``)."""

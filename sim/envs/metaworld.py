@@ -16,6 +16,7 @@ from sim.fleet import RobotProfile
 from sim.metaworld_tasks import DESCRIPTIONS, TASK_INDEX
 
 CAMERA = "corner2"
+IMAGE = f"observation.images.{CAMERA}"
 # LeRobot's corner2 position (after Seo et al. 2022, arXiv:2206.14244): nearer the table than Meta-World's own.
 CORNER2_POSITION = np.array([0.75, 0.075, 0.7])
 # Per-site colour of the scene's three lights, scaled by the robot's light_intensity.
@@ -44,7 +45,10 @@ class MetaWorldEnv(gym.Env):
     |---------------------------------|----------|--------------------------------------------------------|
     | `observation.state`             | (4,)     | end-effector x, y, z (m) and gripper opening (0-1)     |
     | `observation.environment_state` | (39,)    | Meta-World's full observation: this frame (end effector, gripper, two objects' positions and quaternions, zero-padded), the previous frame, the goal |
-    | `observation.image`             | (H, W, 3) uint8 | the corner2 camera, only with `cameras=("corner2",)` |
+    | `observation.images.corner2`    | (H, W, 3) uint8 | the corner2 camera, only with `cameras=("corner2",)` |
+
+    The camera is named as every RoboFleet camera is (``observation.images.<camera>``), so training and
+    evaluation read it as any other; LeRobot's Meta-World datasets call it ``observation.image``.
 
     ``observation.environment_state`` is privileged (the scripted policies read it); the task is
     in ``task`` (Meta-World's name), ``task_description`` and ``task_index`` (LeRobot's), which
@@ -109,7 +113,7 @@ class MetaWorldEnv(gym.Env):
             "observation.environment_state": spaces.Box(space_low.astype(np.float32), space_high.astype(np.float32)),
         }
         if self.cameras:
-            observation_spaces["observation.image"] = spaces.Box(0, 255, shape=(*self.image_size, 3), dtype=np.uint8)
+            observation_spaces[IMAGE] = spaces.Box(0, 255, shape=(*self.image_size, 3), dtype=np.uint8)
         self.observation_space = spaces.Dict(observation_spaces)
 
     def _make_sawyer(self):
@@ -165,7 +169,7 @@ class MetaWorldEnv(gym.Env):
         full = np.clip(raw, self._low, self._high).astype(np.float32)
         observation = {"observation.state": full[:4], "observation.environment_state": full}
         if self.cameras:
-            observation["observation.image"] = self.render_camera(self.image_size, shadows=False)
+            observation[IMAGE] = self.render_camera(self.image_size, shadows=False)
         return observation
 
     def render(self):

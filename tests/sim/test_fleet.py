@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from sim.fleet import SITE_DISTRIBUTIONS, SITES, RobotProfile, episode_seed, make_fleet, make_robot
+from sim.fleet import SITE_DISTRIBUTIONS, SITES, RobotProfile, episode_seed, fleet_task, make_fleet, make_robot
 
 
 def test_fleet_is_deterministic_and_robot_k_does_not_depend_on_fleet_size():
@@ -52,3 +52,14 @@ def test_episode_seeds_are_pure_and_streams_are_disjoint():
     evaluate = {episode_seed(0, robot, episode, "evaluate") for robot in range(20) for episode in range(20)}
     assert len(collect) == 400 and len(evaluate) == 400
     assert not collect & evaluate
+
+
+@pytest.mark.parametrize("tasks", [3, 6, 10, 11, 50])
+def test_a_fleet_shares_its_tasks_out_evenly_and_each_task_meets_every_site(tasks):
+    fleet = make_fleet(6 * tasks, seed=0)
+    robots_of = {task: [profile for profile in fleet if fleet_task(range(tasks), profile.robot_id) == task]
+                 for task in range(tasks)}
+    for block in range(6):  # every block of n robots runs each task once
+        assert sorted(fleet_task(range(tasks), robot) for robot in range(block * tasks, (block + 1) * tasks)) == \
+            list(range(tasks))
+    assert all({profile.site for profile in robots} == set(SITES) for robots in robots_of.values())

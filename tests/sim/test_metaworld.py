@@ -136,10 +136,10 @@ def test_corner2_renders_at_the_policys_size_and_each_site_sees_its_own_scene(ta
     for robot in sim.make_fleet(3):  # office, warehouse, factory
         env = spec.make_env(robot, cameras=("corner2",), image_size=64, positions="fixed")
         observation, _ = env.reset(seed=0)
-        image = observation["observation.image"]
+        image = observation["observation.images.corner2"]
         assert image.shape == (64, 64, 3) and image.dtype == np.uint8 and image.std() > 5
         assert env.observation_space.contains(observation)
-        np.testing.assert_array_equal(env.reset(seed=0)[0]["observation.image"], image)
+        np.testing.assert_array_equal(env.reset(seed=0)[0]["observation.images.corner2"], image)
         images.append(image.astype(np.int16))
         env.close()
     for a in range(3):

@@ -251,7 +251,8 @@ def deploy_round(config: CollectConfig, checkpoint: str, round: int, help: Help,
     expert steps in all. Resumable; a finished round is a no-op."""
     lineage = {**lineage, "round": round, "mode": help.mode, "help_steps": help_steps, **asdict(help)}
     actor = Actor(resolve_task(config.task).make_expert, seed_stream="fleet", seed_round=round, lineage=lineage)
-    spec, fleet, features, fps = probe_task(config, actor)
+    tasks, fleet, features, fps = probe_task(config, actor)
+    spec = tasks[0]  # one task: resolve_task above refuses a group
     described = open_checkpoint(checkpoint)
     if (trained := (described.task or {}).get("name")) != spec.name:
         raise ValueError(f"the policy in {checkpoint} was trained on {trained}, the fleet runs {spec.name}")
@@ -270,7 +271,7 @@ def deploy_round(config: CollectConfig, checkpoint: str, round: int, help: Help,
                      str(out / LEDGERS / f"group_{group}.json"))
             for group, (robots, share) in enumerate(zip(groups, step_shares(help_steps, len(groups))))]
     targets = {profile.robot_id: config.episodes for profile in fleet}
-    return run_robot_tasks(config, spec, features, fps, fleet, targets,
+    return run_robot_tasks(config, tasks, features, fps, fleet, targets,
                            lambda client: [client.submit(deploy_group_on_worker, job, retries=TASK_RETRIES,
                                                          pure=False) for job in jobs],
                            lineage=lineage, preload=("train.fleet.deploy",))
