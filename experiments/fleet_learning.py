@@ -40,7 +40,7 @@ As a user would run it, each stage a subprocess with its output in a log under `
 
 A continuous deployment (``--continuous``) is an arm of its own beside the same seed and seed
 policy, named for its episodes a robot: ``OUT/GATE_10x_continuous``, with its own results file,
-docs section and plot (``fleet_learning_10x_continuous``); so is ``--retrain fresh``
+page and plot (``fleet_learning_10x_continuous``); so is ``--retrain fresh``
 (``OUT/GATE_fresh``, ``fleet_learning_fresh``; with ``--round-epochs 70``, ``OUT/GATE_fresh_70_epochs``),
 ``--own-successes``, where the deployed episodes the policy succeeded in alone train too
 (``OUT/GATE_fresh_own_successes``), and ``--max-handovers H``, where an episode gets at most H
@@ -50,7 +50,8 @@ hand-overs (``OUT/GATE_at_most_H_an_episode``). A policy head other than bc.py's
 
 Everything resumes: the collection carries on, fleet_learn.py does, a finished evaluation is
 kept. The results (accounts and evaluations per round) go to ``--results-dir/NAME.json``,
-the table into ``--docs`` and the plot (success against expert-labelled frames, with the BC
+its page into ``--docs/NAME.md`` (experiments/runs/; ``python -m experiments.render``
+lists it in experiments/runs/README.md) and the plot (success against expert-labelled frames, with the BC
 points of docs/scaling.md and the visuomotor full run) to ``--media``.
 """
 
@@ -159,11 +160,11 @@ class FleetLearningConfig:
     seed: int = field(default=0, metadata={"help": "fleet seed"})
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers"})
     out: str = field(default="", metadata={"help": "data, runs, evaluations and logs (default: runs/NAME)"})
-    docs: str = field(default="docs/fleet_learning_runs.md", metadata={"help": "markdown file for the table"})
+    docs: str = field(default="experiments/runs", metadata={"help": "folder of the run's page, NAME.md"})
     media: str = field(default="docs/media", metadata={"help": "where the plot goes"})
     results_dir: str = field(default="experiments/results", metadata={"help": "where NAME.json goes"})
     results_name: str = field(default="", metadata={
-        "help": "NAME: the results file's, the docs section's and the plot's (default: from the setting, task, "
+        "help": "NAME: the results file's, the page's and the plot's (default: from the setting, task, "
                 "deployment and head; a run from another seed needs its own)"})
 
     def __post_init__(self):
@@ -237,7 +238,7 @@ class FleetLearningConfig:
 
     @property
     def name(self) -> str:
-        """The results' name (results file, docs section, plot): ``--results-name``, else ``seed_name``, the
+        """The results' name (results file, page, plot): ``--results-name``, else ``seed_name``, the
         ``deployment`` suffix and the ``head``'s."""
         return self.results_name or self.seed_name + self.deployment + self.head
 

@@ -1,4 +1,5 @@
-"""The recorded fleet-learning run's report: its results file, its table in docs/fleet_learning_runs.md and its plot.
+"""The recorded fleet-learning run's report: its results file, its page experiments/runs/NAME.md (rendered from
+that file: what the run was, its table, its plot) and its plot; and the line experiments/runs/README.md lists it by.
 
 Behaviour cloning's points come from the results of the runs they were measured in: the
 visuomotor scaling sweep (experiments/results/scaling_visuomotor.json: held-out robots,
@@ -19,7 +20,8 @@ from pathlib import Path
 from benchmarks.common import machine_facts, write_results
 from core.errors import fail
 from core.files import REPO
-from experiments.render import write
+from experiments.common import doc_link
+from experiments.render import RESULTS, media_link, run_page, write
 from sim.fleet import SITES
 from train.policies.options import PolicyOptions
 
@@ -271,7 +273,7 @@ SEED_FIELDS = ("task", "seed", "seed_robots", "seed_episodes", "seed_steps")  # 
 
 
 def check_results_are_its_own(config: dict, name: str, results_dir: Path) -> None:
-    """Refuse, with one line, a run whose results (``results_dir/name.json``, its docs section and plot) would
+    """Refuse, with one line, a run whose results (``results_dir/name.json``, its page and plot) would
     replace those of a run from another seed: the name spells the deployment and the head, not the seed."""
     path = results_dir / f"{name}.json"
     if not path.exists():
@@ -285,8 +287,8 @@ def check_results_are_its_own(config: dict, name: str, results_dir: Path) -> Non
 
 
 def publish(config, command: str, expert: dict, runs: dict, seconds: dict, machine: dict | None = None) -> dict:
-    """Write the results file, the docs table and the plot; the results. ``machine``: where the run was measured
-    (default: here and now)."""
+    """Write the results file, the run's page (in the folder ``config.docs``) and the plot; the results.
+    ``machine``: where the run was measured (default: here and now)."""
     seed_frames = next(iter(runs.values()))["accounts"][0]["labelled_so_far"]
     inputs = "visuomotor" if config.cameras else "state"
     bc = bc_points(config.task, seed_frames / (config.seed_robots * config.seed_episodes), inputs,
@@ -302,18 +304,18 @@ def publish(config, command: str, expert: dict, runs: dict, seconds: dict, machi
               "plot": str(media)}
     write_results(config.name, result, Path(config.results_dir))
     plot(table, bc, inputs, head_words(config_dict), media)
-    write(config.name, result, config.docs, heading(config_dict))
+    write(config.name, result, Path(config.docs) / f"{config.name}.md")
     best = max(table, key=lambda row: row["over_expert"])
     print(f"best: gate {best['gate']} round {best['round']}: {best['over_expert']:.2f} of the expert from "
           f"{best['labelled_so_far']} expert-labelled frames")
     return result
 
 
-def heading(config: dict) -> str:
-    """The heading of a run's docs section: its setting, task, and what sets its loop apart."""
+def title(config: dict) -> str:
+    """The title of a run's page: its setting, task, and what sets its loop apart."""
     fresh = ", a fresh policy each round" + (f" for {config['round_epochs']:g} passes over its data"
                                              if config.get("round_epochs") else "") + pretraining_words(config)
-    return (f"## The recorded run ({config['setting']}, {config['task']}"
+    return (f"The recorded run ({config['setting']}, {config['task']}"
             + (f", {config['deploy_episodes']} episodes a robot each round, continuously" if config.get("continuous")
                else "") + (f", hand-overs of up to {config['segment_steps']} steps" if config.get("hand_overs") else "")
             + handover_limit_words(config) + (fresh if config.get("retrain") == "fresh" else "")
@@ -334,11 +336,38 @@ def recorded_expert(result: dict) -> dict:
 
 
 def section_text(result: dict) -> str:
-    """The docs section of a results file: its table, ROHE over the random gate's, and its plot."""
+    """A run's table, ROHE over the random gate's, and its plot, as its page shows them."""
     ratios = ", ".join(f"{gate} {ratio:.2f}" for gate, ratio in result["rohe_over_random"].items() if gate != "random")
     over_random = f"\n\nROHE over all rounds, over the random gate's: {ratios}." if ratios else ""
     return (markdown(result["config"], result["rows"], recorded_expert(result), result["command"], result["machine"])
-            + over_random + f"\n\n![success against expert frames](media/{Path(result['plot']).name})")
+            + over_random + f"\n\n![success against expert frames]({media_link(result['plot'])})")
+
+
+def page_text(result: dict) -> str:
+    """A run's page: its title, a paragraph on what the run was and where its figures come from, and
+    ``section_text``."""
+    config, name = result["config"], result["experiment"]
+    rounds, gates = sorted({row["round"] for row in result["rows"]}), config["gates"]
+    page, results = run_page(name), f"{RESULTS}/{name}.json"
+    about = (f"The fleet-learning run `{name}`: {config['task']} from {config['inputs']}, "
+             + (f"the {gates[0]} gate" if len(gates) == 1 else f"the gates {', '.join(gates)}")
+             + f", rounds {rounds[0]}..{rounds[-1]} evaluated. Its command and configuration are below; every "
+             f"figure on this page is rendered from its results file, [{results}]({doc_link(results, page)}), by "
+             "`python -m experiments.render` (the run writes it when it finishes). [Every recorded run](README.md); "
+             f"the loop and its options: [docs/fleet_learning.md]({doc_link('docs/fleet_learning.md', page)}).")
+    return f"# {title(config)}\n\n{about}\n\n{section_text(result)}"
+
+
+def index_text(results: dict[str, dict]) -> str:
+    """The list of recorded runs (``results`` by name): one line each with its task, setting and best round."""
+    lines = ["| run | task | setting | best success over the expert (gate, round, expert-labelled frames) |",
+             "|---|---|---|---|"]
+    for name, result in results.items():
+        config = result["config"]
+        best = max(result["rows"], key=lambda row: row["over_expert"])
+        lines.append(f"| [{name}]({name}.md) | {config['task']} | {config['setting']} | "
+                     f"{best['over_expert']:.3f} ({best['gate']}, {best['round']}, {best['labelled_so_far']:,}) |")
+    return "\n".join(lines)
 
 
 def rohe_over_random(table: list[dict]) -> dict[str, float]:

@@ -5,8 +5,8 @@ they are recorded now.
 
 A run's "BC needs (share)" column and its plot read behaviour cloning's curve off every results file
 (experiments/fleet_learning_report.py). A new point on that curve changes them, though the run itself is unchanged.
-This rewrites each named run's results file, docs table and plot from what the file recorded (its config, command,
-runs, expert, seconds and machine) and the curve of now. It runs nothing, and needs none of the run's folders.
+This rewrites each named run's results file, page (experiments/runs/NAME.md) and plot from what the file recorded
+(its config, command, runs, expert, seconds and machine) and the curve of now. It runs nothing, and needs none of the run's folders.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def published_config(result: dict) -> FleetLearningConfig:
 
 
 def republish(name: str, results_dir: Path = RESULTS, docs: str = "", media: str = "") -> dict:
-    """Publish the run of ``results_dir/name.json`` again (results, docs table, plot); the new results. ``docs``
-    and ``media`` replace where the table and the plot go."""
+    """Publish the run of ``results_dir/name.json`` again (results, page, plot); the new results. ``docs`` (the
+    page's folder) and ``media`` replace where the page and the plot go."""
     path = results_dir / f"{name}.json"
     if not path.is_file():
         fail(f"{path} is not a recorded fleet-learning run")

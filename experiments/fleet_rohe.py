@@ -5,7 +5,7 @@ retraining, and each gate's ROHE is set beside the random gate's (issue 44's goa
     .venv/bin/python -m experiments.fleet_rohe --continuous --uncertainty 0.6 --deploy-episodes 6 \
         --caps 0 900 1800 4500 9000 --policies runs/fleet_learning_budget/seed_policy \
         runs/rohe_strength/policy_18x10 runs/rohe_strength/policy_27x10 runs/rohe_strength/policy_50x10 \
-        --out runs/fleet_rohe_strength     # docs/fleet_learning_runs.md's tables (the policies: its commands)
+        --out runs/fleet_rohe_strength     # experiments/runs/fleet_rohe*.md's tables
 
 The policy is the seed policy of an ``experiments.fleet_learning`` run (``--source``, by default
 the ``budget`` setting's: the state MLP from 9 robots x 10 demonstrations), deployed on that run's
@@ -24,7 +24,8 @@ measure on round 1. Each ratio comes with a 95% interval from a paired bootstrap
 
 Every cell's store is kept in ``--out``, as ``POLICY/cap_C/GATE`` (POLICY: the checkpoint's directory
 name); a rerun deploys only the cells not finished. The table goes
-into ``--docs``, the plot into ``--media``, the results into ``--results-dir/fleet_rohe.json``.
+into ``--docs`` (default: the run's page, experiments/runs/NAME.md), the plot into ``--media``, the results into
+``--results-dir/fleet_rohe.json``.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from core.options import check_options, parse_config
 from dataset import FleetStore
 from dataset.manifest import read_manifest
 from experiments.common import recorded_config
-from experiments.render import write
+from experiments.render import media_link, write
 from train.checkpoint import latest_checkpoint
 from train.fleet.accounting import round_account
 from train.fleet.deploy import Help, deploy_round
@@ -78,7 +79,7 @@ class FleetRoheConfig(GateOptions):
                 "another, then measure on 1)"})
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers"})
     out: str = field(default="runs/fleet_rohe", metadata={"help": "the cells' stores"})
-    docs: str = field(default="docs/fleet_learning_runs.md", metadata={"help": "markdown file for the table"})
+    docs: str = field(default="", metadata={"help": "markdown file for the table (default: the run's page)"})
     media: str = field(default="docs/media", metadata={"help": "where the plot goes"})
     results_dir: str = field(default="experiments/results", metadata={"help": "where fleet_rohe.json goes"})
 
@@ -177,7 +178,7 @@ def section_text(result: dict) -> str:
             row = {cell["gate"]: cell for cell in cells if cell["policy_name"] == name and cell["cap"] == largest}
             lines.append(f"| {name} | {policy_alone['success']:.0%} | " +
                          " | ".join(_cell(row.get(gate)) for gate in gates) + " |")
-    return "\n".join(lines) + f"\n\n![ROHE against the budget](media/{Path(result['plot']).name})"
+    return "\n".join(lines) + f"\n\n![ROHE against the budget]({media_link(result['plot'])})"
 
 
 def limit_words(max_handovers: int) -> str:

@@ -7,7 +7,9 @@ A section is the text between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` 
 to its doc, its heading, its results file and the function of that file's content that renders it: the function
 the experiment script calls when it finishes (``write``), so a section is written one way. The README's speed
 figures render from benchmarks/results/ (``benchmarks.figures``), the rest from experiments/results/.
-A fleet-learning run's results ``fleet_learning*`` are a section of docs/fleet_learning_runs.md of their own name.
+A recorded run's page, experiments/runs/NAME.md, is a section of its own (render creates a missing page): each
+fleet-learning run's (results ``fleet_learning*``) and each ROHE sweep's; experiments/runs/README.md lists the
+fleet-learning runs, a section rendered from all their results files.
 A results file that carries a ``payload_sha256`` must match it; older files have none and are read as they are.
 """
 
@@ -22,18 +24,21 @@ from pathlib import Path
 from core.errors import fail
 from core.files import REPO
 from core.options import OneLineErrorParser
-from experiments.common import replaced_section, write_section
+from experiments.common import doc_link, markers, replaced_section, write_section
 from experiments.results_file import DIGEST, check_results
 
 RESULTS = "experiments/results"
 BENCHMARK_RESULTS = "benchmarks/results"
+RUNS = "experiments/runs"
+MEDIA = "docs/media"  # where the experiments' plots go (their --media)
 
 
 @dataclass(frozen=True)
 class Section:
     """A rendered section: its ``name`` (markers), ``doc`` and ``heading`` (under which an experiment's first
     run appends it), its ``results`` file's name and ``render`` (``module:function`` of the results' content);
-    ``inline`` for a span inside a line (README's figures); ``folder``, where the results file lies. ``renders`` is
+    ``inline`` for a span inside a line (README's figures); ``folder``, where the results file lies; ``many``: the
+    results name is a glob, and ``render`` takes every matching file's content by name. ``renders`` is
     False where the committed results file predates the format its script renders (its next run rewrites both):
     ``render`` leaves it as it is."""
     name: str
@@ -44,6 +49,7 @@ class Section:
     inline: bool = False
     renders: bool = True
     folder: str = RESULTS
+    many: bool = False
 
     @property
     def results_path(self) -> str:
@@ -54,6 +60,16 @@ class Section:
         """This section's text, rendered from ``result`` (its results file's content)."""
         module, function = self.render.split(":")
         return getattr(importlib.import_module(module), function)(result)
+
+
+def run_page(name: str) -> str:
+    """The repository-relative path of the recorded run ``name``'s page."""
+    return f"{RUNS}/{name}.md"
+
+
+def media_link(plot: str) -> str:
+    """The link from a run's page to its plot ``plot``, kept in ``MEDIA``."""
+    return doc_link(f"{MEDIA}/{Path(plot).name}", run_page("any"))
 
 
 def _readme(name: str, results: str, render: str, folder: str = RESULTS) -> Section:
@@ -85,11 +101,13 @@ SECTIONS = [
             "experiments.fleet_vs_single:section_text"),
     Section("personal_ceiling", "docs/federated.md", "## How far personal weights could lift a site",
             "personal_ceiling", "experiments.personal_ceiling:section_text"),
-    Section("fleet_rohe", "docs/fleet_learning_runs.md", "## ROHE at several budgets", "fleet_rohe",
+    Section("fleet_rohe", run_page("fleet_rohe"), "# ROHE at several budgets", "fleet_rohe",
             "experiments.fleet_rohe:section_text"),
-    Section("fleet_rohe_1_handovers", "docs/fleet_learning_runs.md",
-            "## ROHE at several budgets, at most 1 hand-over an episode", "fleet_rohe_1_handovers",
+    Section("fleet_rohe_1_handovers", run_page("fleet_rohe_1_handovers"),
+            "# ROHE at several budgets, at most 1 hand-over an episode", "fleet_rohe_1_handovers",
             "experiments.fleet_rohe:section_text"),
+    Section("fleet_learning_runs", f"{RUNS}/README.md", "", "fleet_learning*",
+            "experiments.fleet_learning_report:index_text", many=True),
     _readme("readme_full_run", "full_run", "experiments.full_run:over_expert_text"),
     _readme("readme_act_side_by_side", "act_side_by_side", "experiments.act_side_by_side:summary_text"),
     _readme("readme_act_side_by_side_visuomotor", "act_side_by_side_visuomotor",
@@ -118,24 +136,23 @@ SECTIONS = [
     Section("goals_deploy_speed", "docs/fleet_learning.md", "", "deploy_speed", "benchmarks.figures:deploy_text",
             inline=True, folder=BENCHMARK_RESULTS),
 ]
-FLEET_LEARNING = Section("fleet_learning", "docs/fleet_learning_runs.md", "", "fleet_learning",
-                         "experiments.fleet_learning_report:section_text")
+FLEET_LEARNING = "fleet_learning"  # every fleet-learning run's results name starts so
 
 
 def fleet_learning_section(name: str) -> Section:
-    """The section of the fleet-learning run whose results are ``name``.json."""
-    return Section(name, FLEET_LEARNING.doc, "", name, FLEET_LEARNING.render)
+    """The page of the fleet-learning run whose results are ``name``.json."""
+    return Section(name, run_page(name), "", name, "experiments.fleet_learning_report:page_text")
 
 
 def every_section(root: Path = REPO) -> list[Section]:
     """``SECTIONS``, and a section for each fleet-learning run recorded under ``root``."""
-    runs = sorted((root / RESULTS).glob(f"{FLEET_LEARNING.results}*.json"))
+    runs = sorted((root / RESULTS).glob(f"{FLEET_LEARNING}*.json"))
     return SECTIONS + [fleet_learning_section(path.stem) for path in runs]
 
 
 def section_for(name: str) -> Section:
     """The section an experiment writing the results ``name`` finishes with."""
-    if name.startswith(FLEET_LEARNING.results):
+    if name.startswith(FLEET_LEARNING):
         return fleet_learning_section(name)
     found = next((section for section in SECTIONS if section.results == name and not section.inline), None)
     if found is None:
@@ -143,12 +160,22 @@ def section_for(name: str) -> Section:
     return found
 
 
+def blank_page(name: str, heading: str) -> str:
+    """A new doc that holds section ``name`` alone, under ``heading`` if any, before it is rendered."""
+    return (f"{heading}\n\n" if heading else "") + "\n".join(markers(name)) + "\n"
+
+
 def write(name: str, result: dict, doc: str | Path = "", heading: str = "") -> str:
-    """Render the section of the results ``name`` from ``result`` into ``doc`` (default: the section's), its
-    markers appended under ``heading`` (default: the section's) the first time; the text."""
+    """Render the section of the results ``name`` from ``result`` into ``doc`` (default: the section's; a missing
+    doc is created as a ``blank_page``), its markers appended under ``heading`` (default: the section's) where the
+    doc lacks them; the text."""
     section = section_for(name)
     text = section.text(result)
-    write_section(Path(doc or REPO / section.doc), section.name, heading or section.heading, text)
+    path, heading = Path(doc or REPO / section.doc), heading or section.heading
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(blank_page(section.name, heading))
+    write_section(path, section.name, heading, text)
     return text
 
 
@@ -177,11 +204,15 @@ def render(root: Path = REPO, check: bool = False) -> list[str]:
         document = documents.get(section.doc)
         if document is None:
             path = root / section.doc
-            if not path.is_file():
+            if path.is_file():
+                document = path.read_text()
+            elif section.doc.startswith(f"{RUNS}/"):
+                document = blank_page(section.name, section.heading)  # a run's page, written below
+            else:
                 fail(f"{section.doc}: no such doc, where section {section.name} goes")
-            document = path.read_text()
         results = section.results_path
-        text = section.text(read_results(root / results, root))
+        text = section.text({path.stem: read_results(path, root) for path in sorted(root.glob(results))}
+                            if section.many else read_results(root / results, root))
         try:
             documents[section.doc] = replaced_section(document, section.name, text, section.inline)
         except ValueError as error:
@@ -191,8 +222,10 @@ def render(root: Path = REPO, check: bool = False) -> list[str]:
                          "run python -m experiments.render")
     if not check:
         for doc, document in documents.items():
-            if (root / doc).read_text() != document:
-                (root / doc).write_text(document)
+            path = root / doc
+            if not path.is_file() or path.read_text() != document:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(document)
     return stale
 
 

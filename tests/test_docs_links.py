@@ -1,11 +1,13 @@
-"""Every relative link in the README and the docs names a file that exists and, with a ``#``, one of its headings."""
+"""Every relative link in the README, the docs and the recorded runs' pages names a file that exists and, with a
+``#``, one of its headings."""
 import re
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = sorted([ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("*/README.md")])
+PAGES = sorted([ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("*/README.md"),
+                *ROOT.glob("experiments/runs/*.md")])
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 

@@ -1,5 +1,5 @@
 """experiments/fleet_learning_republish.py: a recorded run published again from its results file alone gives its
-table back unchanged while behaviour cloning's curve is unchanged, and keeps what the run measured."""
+page back unchanged while behaviour cloning's curve is unchanged, and keeps what the run measured."""
 
 import json
 import shutil
@@ -17,11 +17,10 @@ def test_a_run_published_again_gives_its_table_and_measurements_back(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     shutil.copy(REPO / "experiments/results" / f"{RUN}.json", results)
-    docs = tmp_path / "fleet_learning_runs.md"
-    shutil.copy(REPO / "docs/fleet_learning_runs.md", docs)
     recorded = json.loads((results / f"{RUN}.json").read_text())
-    again = republish(RUN, results, docs=str(docs), media=str(tmp_path / "media"))
-    assert docs.read_text() == (REPO / "docs/fleet_learning_runs.md").read_text()  # the same table, in its place
+    again = republish(RUN, results, docs=str(tmp_path / "runs"), media=str(tmp_path / "media"))
+    page = tmp_path / "runs" / f"{RUN}.md"  # created: its markers, the page rendered between them
+    assert page.read_text() == (REPO / "experiments/runs" / f"{RUN}.md").read_text()  # the same page
     assert (tmp_path / "media" / f"{RUN}_push.png").stat().st_size > 0
     for key in ("machine", "command", "runs", "seconds", "expert", "rows"):
         assert again[key] == recorded[key], key

@@ -1,6 +1,7 @@
 """experiments.render: the committed docs and README are up to date with the committed results, a changed results
-file (an experiment's or a benchmark's) makes its section stale until rendered, and a doc whose markers are missing
-or doubled gets one line. Everything but the first test renders into temporary copies of the docs and results."""
+file (an experiment's or a benchmark's) makes its section stale until rendered, a recorded run's missing page is
+created (and listed in experiments/runs/README.md), and a doc whose markers are missing or doubled gets one line.
+Everything but the first test renders into temporary copies of the docs and results."""
 
 import json
 import shutil
@@ -22,10 +23,11 @@ def test_the_committed_docs_are_up_to_date_with_the_committed_results(capsys):
 @pytest.fixture
 def copy(tmp_path):
     """A copy of every doc and results file the sections read."""
-    for section in render.SECTIONS:
-        for path in (section.doc, section.results_path):
-            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(REPO / path, tmp_path / path)
+    for section in render.every_section():
+        for path in (REPO / section.doc, *REPO.glob(section.results_path)):
+            copied = tmp_path / path.relative_to(REPO)
+            copied.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, copied)
     return tmp_path
 
 
@@ -95,3 +97,25 @@ def test_a_results_file_that_does_not_match_its_digest_is_refused(copy, capsys):
         render.main(["--check", "--root", str(copy)])
     assert capsys.readouterr().err == f"error: {RESULTS} does not match its {DIGEST}: it was changed after the " \
                                       "runner wrote it\n"
+
+
+def test_a_recorded_run_without_its_page_gets_it_from_render_and_a_line_in_the_index(copy, capsys):
+    run = "fleet_learning_state"
+    page, index = copy / render.run_page(run), copy / render.RUNS / "README.md"
+    committed = page.read_text()
+    page.unlink()
+    index.write_text(index.read_text().replace(f"| [{run}]({run}.md) |", "| [gone](gone.md) |"))
+    with pytest.raises(SystemExit):
+        render.main(["--check", "--root", str(copy)])
+    assert set(capsys.readouterr().out.splitlines()) == {
+        f"{render.run_page(run)}: section {run} differs from experiments/results/{run}.json; "
+        "run python -m experiments.render",
+        f"{render.RUNS}/README.md: section fleet_learning_runs differs from experiments/results/fleet_learning*.json; "
+        "run python -m experiments.render"}
+    assert not page.exists()  # --check writes nothing
+
+    render.main(["--root", str(copy)])
+    assert page.read_text() == committed
+    assert f"| [{run}]({run}.md) | pick_place | state |" in index.read_text()
+    assert "](../../docs/media/fleet_learning_state_pick_place.png)" in committed  # the plot, from the page
+    render.main(["--check", "--root", str(copy)])
