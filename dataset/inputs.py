@@ -13,6 +13,7 @@ PROPRIO_FEATURE = "observation.state"
 PRIVILEGED_FEATURE = "observation.environment_state"
 STATE_FEATURES = (PROPRIO_FEATURE, PRIVILEGED_FEATURE)
 IMAGE_PREFIX = "observation.images."
+TASK_FEATURE = "task_index"  # a multi-task store's per-frame task: an index into its manifest's task list
 INPUTS = {  # --inputs -> (vector features it takes, whether it takes the cameras)
     "state": (STATE_FEATURES, False),
     "proprio+cameras": ((PROPRIO_FEATURE,), True),

@@ -1,8 +1,9 @@
 """Normalisation statistics of a fleet store, computed with dask.array and cached beside the data.
 
-For every feature, per dimension: ``mean``, ``std``, ``min``, ``max``, ``q01`` and
-``q99`` (numpy's default linear quantiles) over every committed frame of every
-shard. Image features get per-channel statistics of shape (C, 1, 1) on the [0, 1]
+For every feature but a multi-task store's ``task_index`` (categorical: a policy
+one-hots it, nothing normalises it), per dimension: ``mean``, ``std``, ``min``,
+``max``, ``q01`` and ``q99`` (numpy's default linear quantiles) over every committed
+frame of every shard. Image features get per-channel statistics of shape (C, 1, 1) on the [0, 1]
 scale, as LeRobot keeps them.
 
 The shards are read chunk by chunk as one dask array per feature and reduced in
@@ -29,6 +30,7 @@ import numpy as np
 from core.files import code_version, write_json_atomic
 from dataset.chunks import check_present, read_rows
 from dataset.fleet_store import FleetStore
+from dataset.inputs import TASK_FEATURE
 
 STATS_FILE = "stats.json"
 QUANTILES = {"q01": 0.01, "q99": 0.99}
@@ -85,7 +87,7 @@ def _image_stats(histograms: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def compute_stats(store: FleetStore) -> dict[str, dict[str, np.ndarray]]:
-    """Statistics of every feature over all committed frames, reduced in parallel by dask."""
+    """Statistics of every feature but the task index over all committed frames, reduced in parallel by dask."""
     if store.num_frames == 0:
         raise ValueError(f"{store.path} has no committed frames to compute statistics from")
     paths = [f"data/{name}" for name in store.features]
@@ -93,6 +95,8 @@ def compute_stats(store: FleetStore) -> dict[str, dict[str, np.ndarray]]:
         check_present(shard, paths)
     lazy, histograms = {}, {}
     for name, feature in store.features.items():
+        if name == TASK_FEATURE:
+            continue
         x = _feature_array(store, name)
         if feature["dtype"] in ("image", "video"):
             blocks = [dask.delayed(_channel_histograms)(block) for block in x.to_delayed().ravel()]

@@ -8,6 +8,7 @@ for every feature with delta indices, the frames ``t + delta``:
 | ``observation.state``             | [n_obs_steps, D]      | ``1 - n_obs_steps .. 0``  |
 | ``observation.environment_state`` | [n_obs_steps, E]      | ``1 - n_obs_steps .. 0``  |
 | ``observation.images.<cam>``      | [n_obs_steps, H, W, C] uint8, as stored | same     |
+| ``task_index`` (many tasks)       | [n_obs_steps, 1] int64, as stored | same         |
 | ``action``                        | [horizon, A]          | ``0 .. horizon - 1``      |
 | ``<key>_is_pad``                  | [steps] bool          | True where padded         |
 
@@ -38,8 +39,10 @@ from torch.utils.data import get_worker_info
 from dataset.episodes import EpisodeRef
 from dataset.fleet_store import FleetStore
 from dataset.frames import DEFAULT_CACHE_BYTES, InMemoryFrames, StreamingFrames
+from dataset.inputs import TASK_FEATURE
 
 MODES = ("memory", "streaming")
+WINDOW_DTYPES = {"image": torch.uint8, "video": torch.uint8, "int64": torch.int64}  # as stored; the rest float32
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ class WindowSpec:
         if n_obs_steps < 1 or horizon < 1:
             raise ValueError(f"n_obs_steps and horizon must be at least 1, got {n_obs_steps} and {horizon}")
         observation = tuple(range(1 - n_obs_steps, 1))
-        deltas = {name: observation for name in features if name.startswith("observation.")}
+        deltas = {name: observation for name in features if name.startswith("observation.") or name == TASK_FEATURE}
         deltas["action"] = tuple(range(action_start, action_start + horizon))
         return cls(deltas)
 
@@ -160,7 +163,7 @@ class FleetWindowDataset(torch.utils.data.Dataset):
         layout = []
         for name, deltas in self.spec.delta_indices.items():
             shape = tuple(self.features[name]["shape"])
-            dtype = torch.uint8 if self.features[name]["dtype"] in ("image", "video") else torch.float32
+            dtype = WINDOW_DTYPES.get(self.features[name]["dtype"], torch.float32)
             layout.append((name, (batch_size, len(deltas), *shape), dtype))
             layout.append((f"{name}_is_pad", (batch_size, len(deltas)), torch.bool))
         layout += [(name, (batch_size,), torch.int64) for name in ("robot_id", "episode_index", "frame_index")]

@@ -23,7 +23,7 @@ from dataset.stats import fleet_stats
 from dataset.windows import FleetWindowDataset, WindowSpec
 from train.config import DataConfig, TrainConfig
 from train.fed.federated_config import FederatedConfig
-from train.identity import data_identity
+from train.identity import data_identity, store_tasks
 from train.policies.policy import PolicySpec, policy_spec
 
 NAMED = 5  # missing stores named in a message; the rest are counted
@@ -156,7 +156,8 @@ def training_data(config: TrainConfig, labeller: Labeller, master: bool) -> Trai
     if not train_episodes:
         raise ValueError(f"no successful episodes in {options.data} match --robots {options.robots} "
                          f"--sites {options.sites}")
-    spec = policy_spec(config.policy, store.features)  # the policy's inputs (--inputs): which features it sees
+    # the policy's inputs (--inputs): which features it sees, and on a multi-task store its task
+    spec = policy_spec(config.policy, store.features, len(store_tasks(store)))
     # the frames are read once, for both loaders; too few windows for the batch or the ranks is a ValueError
     windows = FleetWindowDataset([store, *labeller.stores], train_episodes + val_episodes, labeller.window(spec),
                                  mode=options.mode)

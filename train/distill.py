@@ -55,6 +55,7 @@ from train.checkpoint import load_policy
 from train.config import TrainConfig, plugin_task_option
 from train.dagger import collect_round, round_directory
 from train.data import open_training_store
+from train.identity import store_tasks
 from train.policies.options import PolicyOptions
 from train.policies.policy import Policy, PolicySpec, make_policy, policy_spec
 from train.state import check_resumable
@@ -206,7 +207,7 @@ def run_distillation(config: DistillConfig) -> None:
     teacher = load_teacher(config, store)
     check_resumable(config, store)
     try:
-        student = policy_spec(config.policy, store.features)
+        student = policy_spec(config.policy, store.features, len(store_tasks(store)))
     except ValueError as error:
         fail(str(error))
     if master:

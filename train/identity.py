@@ -1,6 +1,7 @@
 """What a training run was trained on and with, recorded in every checkpoint and checked on resume.
 
-``data_identity`` describes the episodes a run trains on: the task, the fleet seed, the
+``data_identity`` describes the episodes a run trains on: the task (and a multi-task store's
+task list, the order its ``task_index`` counts in), the fleet seed, the
 features and their shapes, the episodes per robot, the sites, and a digest of the episode
 seeds (an episode is a pure function of its seed, so the digest tells two collections
 apart even where their counts agree). ``check_resume`` compares a checkpoint with the run
@@ -30,11 +31,17 @@ FIXED_ON_RESUME = ("lr", "lr_scaling", "base_batch", "warmup_steps", "weight_dec
                    "seed", "val_fraction", "ema_decay", "amp")
 
 
+def store_tasks(store: FleetStore) -> list[str]:
+    """The tasks of a multi-task store, in the order its ``task_index`` counts them; [] for one task."""
+    return ((store.manifest or {}).get("task") or {}).get("tasks") or []
+
+
 def data_identity(store: FleetStore, episodes: Sequence[EpisodeRef]) -> dict:
     """The identity of the ``episodes`` of ``store`` a run trains on (see the module docstring)."""
     manifest = store.manifest or {}
     seeds = ",".join(f"{e.robot_id}:{e.seed}" for e in sorted(episodes, key=lambda e: (e.robot_id, e.index)))
-    return {"task": (manifest.get("task") or {}).get("name"), "seed": manifest.get("seed"),
+    tasks = {"tasks": store_tasks(store)} if store_tasks(store) else {}  # a multi-task store's only
+    return {"task": (manifest.get("task") or {}).get("name"), **tasks, "seed": manifest.get("seed"),
             "features": {name: list(feature["shape"]) for name, feature in sorted(store.features.items())},
             "episodes": {str(robot): count for robot, count in sorted(Counter(e.robot_id for e in episodes).items())},
             "sites": sorted({e.site for e in episodes}),
@@ -72,7 +79,7 @@ def check_resume(checkpoint_config: dict, identity: dict | None, config: dict, n
     if identity is None:
         notes.append("the checkpoint does not record what it was trained on (converted from the old format): "
                      "carrying on with the data given")
-    elif identity.get("task") != new_identity["task"]:
+    elif (identity.get("task"), identity.get("tasks")) != (new_identity["task"], new_identity.get("tasks")):
         raise ValueError(f"it was trained on task {identity.get('task')}, not {new_identity['task']} "
                          "(--data): train another task in another --out")
     elif identity.get("features") != new_identity["features"]:

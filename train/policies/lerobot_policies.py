@@ -63,13 +63,13 @@ class LeRobotAdapter(Policy):
     def __init__(self, spec: PolicySpec, stats: dict[str, dict[str, np.ndarray]]):
         config = self.config_class(**{
             "input_features": {name: PolicyFeature(feature_type(name), tuple(shape))
-                               for name, shape in spec.features.items()},
+                               for name, shape in spec.model_features().items()},
             "output_features": {"action": PolicyFeature(FeatureType.ACTION, (spec.action_dim,))},
             "device": "cpu", "push_to_hub": False, **self.window_fields(spec), **spec.options,
             "pretrained_backbone_weights": None})  # never pretrained: nothing may download at run time
         modes = config.normalization_mapping
         normalisation = {name: modes.get(feature_type(name).value, NormalizationMode.IDENTITY).value.lower()
-                         for name in spec.features}
+                         for name in spec.normalised_features}
         normalisation["action"] = modes.get(FeatureType.ACTION.value, NormalizationMode.IDENTITY).value.lower()
         super().__init__(spec, stats, normalisation)
         self.lerobot_policy = self.policy_class(config)

@@ -19,7 +19,11 @@ device, with the random shift and colour jitter of ``train/augment.py`` in train
 mode only (``spec.image_shift``, ``spec.colour_jitter``).
 
 What a policy sees is its ``inputs`` (``dataset.inputs.INPUTS``: ``state``,
-``proprio+cameras``, ``cameras``, ``state+cameras``), saved in its spec.
+``proprio+cameras``, ``cameras``, ``state+cameras``), saved in its spec. On a multi-task
+store the task is an input too: ``task_index`` (int64 [1], an index into the store's task
+list, not normalised) is one of ``spec.features``, and ``normalised`` turns it into a one-hot
+over ``spec.task_count`` tasks appended to ``observation.state``, so every kind that reads the
+state reads the task the same way.
 
 The kinds (``POLICIES``): ``mlp`` (here), ``cnn`` (train/policies/vision.py), and LeRobot's
 ``act`` and ``diffusion`` (train/policies/lerobot_policies.py). ``policy_spec`` picks a kind's
@@ -35,9 +39,10 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 import torch
+import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from dataset.inputs import INPUTS, camera_names, is_image, select_inputs
+from dataset.inputs import INPUTS, PROPRIO_FEATURE, TASK_FEATURE, camera_names, is_image, select_inputs
 from train.augment import images_to_model
 from train.policies.mixture import MixtureHead
 from train.policies.options import PolicyOptions
@@ -61,7 +66,8 @@ class PolicySpec:
     ``inputs`` names the choice ``features`` was made by; ``image_shift`` and
     ``colour_jitter`` are the training augmentation of the images. ``action_modes`` is
     the mlp and cnn head: 1 regresses the chunk, more fit a mixture (train/policies/mixture.py)
-    over the action dimensions ``mode_actions`` (empty: all).
+    over the action dimensions ``mode_actions`` (empty: all). ``task_count`` is the number of
+    tasks a multi-task policy reads ``task_index`` over (0: one task, no task input).
     """
 
     kind: str = "mlp"
@@ -78,6 +84,20 @@ class PolicySpec:
     colour_jitter: float = 0.0
     action_modes: int = 1
     mode_actions: tuple[int, ...] = ()
+    task_count: int = 0
+
+    @property
+    def normalised_features(self) -> list[str]:
+        """The inputs normalised by the fleet statistics: all but the task index, which is categorical."""
+        return [name for name in self.features if name != TASK_FEATURE]
+
+    def model_features(self) -> dict[str, list[int]]:
+        """Each input's shape as the model sees it after ``Policy.normalised``: the task, one-hot over
+        ``task_count`` tasks, widens ``observation.state`` and is no input of its own."""
+        shapes = {name: list(self.features[name]) for name in self.normalised_features}
+        if self.task_count:
+            shapes[PROPRIO_FEATURE][-1] += self.task_count
+        return shapes
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -150,9 +170,9 @@ class Policy(nn.Module):
                              f"(horizon {spec.horizon}), got {spec.n_action_steps}")
         self.spec = spec
         modes = normalisation or {}
-        self.normalisation = {name: modes.get(name, "mean_std") for name in [*spec.features, "action"]}
+        self.normalisation = {name: modes.get(name, "mean_std") for name in [*spec.normalised_features, "action"]}
         self.inputs = nn.ModuleDict({module_key(name): Normalizer.of(stats[name], self.normalisation[name])
-                                     for name in spec.features})
+                                     for name in spec.normalised_features})
         self.action = Normalizer.of(stats["action"], self.normalisation["action"])
         self.reset()
 
@@ -167,18 +187,24 @@ class Policy(nn.Module):
         """Raise ValueError, naming the fix, if this kind cannot run on ``features`` (chosen by ``inputs``)."""
 
     def normalised(self, observations: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The inputs of ``spec.features``, each normalised by its fleet statistics.
+        """The inputs of ``spec.features``, each normalised by its fleet statistics, in the shapes of
+        ``spec.model_features()``.
 
         Images come in as uint8 [..., H, W, C] and leave as float [..., C, H, W], augmented
-        in training mode (see the module docstring).
+        in training mode; the task index leaves as a one-hot at the end of ``observation.state``
+        (see the module docstring).
         """
         normalised = {}
-        for name in self.spec.features:
+        for name in self.spec.normalised_features:
             value = observations[name]
             if is_image(name):
                 value = images_to_model(value, *((self.spec.image_shift, self.spec.colour_jitter) if self.training
                                                  else (0, 0.0)))
             normalised[name] = self.inputs[module_key(name)](value)
+        if self.spec.task_count:
+            state = normalised[PROPRIO_FEATURE]
+            task = F.one_hot(observations[TASK_FEATURE].long().squeeze(-1), self.spec.task_count).to(state.dtype)
+            normalised[PROPRIO_FEATURE] = torch.cat([state, task], dim=-1)
         return normalised
 
     def predict_chunk(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -214,8 +240,10 @@ class Policy(nn.Module):
 
     @staticmethod
     def frame(name: str, value) -> np.ndarray:
-        """A frame of input ``name`` in the dtype the model takes: uint8 for images, float32 otherwise."""
-        return np.asarray(value, dtype=np.uint8 if is_image(name) else np.float32)
+        """A frame of input ``name`` in the dtype the model takes: uint8 for images, int64 for the task index,
+        float32 otherwise."""
+        dtype = np.uint8 if is_image(name) else np.int64 if name == TASK_FEATURE else np.float32
+        return np.asarray(value, dtype=dtype)
 
     @torch.no_grad()
     def predict_windows(self, windows: dict[str, np.ndarray]) -> np.ndarray:
@@ -267,11 +295,11 @@ class MLPPolicy(Policy):
 
     def encoded_width(self) -> int:
         """The width of ``encode``'s output."""
-        return self.spec.n_obs_steps * sum(int(np.prod(shape)) for shape in self.spec.features.values())
+        return self.spec.n_obs_steps * sum(int(np.prod(shape)) for shape in self.spec.model_features().values())
 
     def encode(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Normalised observation windows -> one vector [B, encoded_width] per sample."""
-        return torch.cat([inputs[name].flatten(1) for name in self.spec.features], dim=1)
+        return torch.cat([inputs[name].flatten(1) for name in self.spec.model_features()], dim=1)
 
     def _head(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.net(self.encode(self.normalised(observations)))
@@ -303,8 +331,9 @@ def policy_class(kind: str) -> type[Policy]:
     return getattr(importlib.import_module(module), name)
 
 
-def policy_spec(options: PolicyOptions, store_features: dict[str, dict]) -> PolicySpec:
-    """The spec of ``options.policy`` on a store with ``store_features``.
+def policy_spec(options: PolicyOptions, store_features: dict[str, dict], task_count: int = 0) -> PolicySpec:
+    """The spec of ``options.policy`` on a store with ``store_features`` and ``task_count`` tasks
+    (0 for a single-task store; more: ``task_index`` is an input too).
 
     ``options.inputs`` picks the features (``INPUTS``; ``auto``: ``proprio+cameras`` for
     cnn, and for act and diffusion on a store with cameras, else ``state``; the features through
@@ -325,6 +354,11 @@ def policy_spec(options: PolicyOptions, store_features: dict[str, dict]) -> Poli
                          "(use --inputs proprio+cameras)")
     features = {name: _model_shape(name, store_features[name]["shape"])
                 for name in select_inputs(inputs, store_features)}
+    if task_count:  # the task's one-hot goes beside the state (Policy.normalised)
+        if PROPRIO_FEATURE not in features:
+            raise ValueError(f"a policy of many tasks reads its task beside {PROPRIO_FEATURE}, which --inputs "
+                             f"{inputs} leaves out (use --inputs state or proprio+cameras)")
+        features[TASK_FEATURE] = list(store_features[TASK_FEATURE]["shape"])
     cls.check_inputs(inputs, features)
     if options.action_modes > 1 and not cls.mixture_head:
         raise ValueError(f"--action-modes is for the mlp and cnn heads; {options.policy} models its actions "
@@ -334,8 +368,8 @@ def policy_spec(options: PolicyOptions, store_features: dict[str, dict]) -> Poli
     return PolicySpec(kind=options.policy, n_obs_steps=options.observation_steps, horizon=options.horizon,
                       n_action_steps=options.n_action_steps, hidden=tuple(options.hidden), features=features,
                       action_dim=store_features["action"]["shape"][0], inputs=inputs,
-                      action_modes=options.action_modes, mode_actions=mode_actions, **augmentation,
-                      **cls.options(options))
+                      action_modes=options.action_modes, mode_actions=mode_actions, task_count=task_count,
+                      **augmentation, **cls.options(options))
 
 
 def _model_shape(name: str, shape: list[int]) -> list[int]:

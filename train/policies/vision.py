@@ -70,12 +70,12 @@ class CNNPolicy(MLPPolicy):
         return [name for name in self.spec.features if is_image(name)]
 
     def encoded_width(self) -> int:
-        state = sum(int(np.prod(shape)) for name, shape in self.spec.features.items() if not is_image(name))
+        state = sum(int(np.prod(shape)) for name, shape in self.spec.model_features().items() if not is_image(name))
         return self.spec.n_obs_steps * (state + EMBED * len(self.cameras))
 
     def encode(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         parts = []
-        for name in self.spec.features:
+        for name in self.spec.model_features():
             if is_image(name):  # [B, T, C, H, W] -> encode B*T frames at once -> [B, T * EMBED]
                 frames = inputs[name]
                 parts.append(self.encoders[module_key(name)](frames.flatten(0, 1)).unflatten(0, frames.shape[:2])
