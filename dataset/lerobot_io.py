@@ -8,11 +8,13 @@ policy every feature it finds, so
 the simulator's privileged ``observation.environment_state`` goes in only on request. Actions
 and the ``next.*`` features always go. Each frame also carries two int64 (1,)
 features, ``robot_id`` and ``site_id`` (an index into ``SITES``, -1 for an unknown
-site), and the task name as its LeRobot task string. Images stay ``image`` features
+site), and its task as its LeRobot task string. LeRobot's names for Meta-World and its own
+``task_index`` rename some features and tasks (``dataset/lerobot_names.py``): a Meta-World frame's
+task is its task's instruction, its corner2 camera ``observation.image``. Images stay ``image`` features
 (PNG inside the parquet files: lossless) unless ``use_videos`` makes them ``video``
 (AV1 mp4: lossy). Bool features such as ``next.success`` are stored as bool, which
 lerobot accepts. Beside lerobot's files, ``meta/robofleet.json`` (the sidecar, written
-last) keeps what LeRobot has no place for: the store manifest, the inputs exported (the ``--inputs`` choice, or the ``features`` listed
+last) keeps what LeRobot has no place for: the store manifest, the renames, the inputs exported (the ``--inputs`` choice, or the ``features`` listed
 joined by ``+``), the
 exported features as stored in zarr, each shard's attrs (profile included) and each
 episode's attempt index, seed and success. An export without some observation imports as a
@@ -45,6 +47,7 @@ from core.files import code_version, write_json_atomic
 from core.progress import progress_bar
 from dataset.fleet_store import FleetStore
 from dataset.inputs import camera_names, observation_names, select_features, select_inputs
+from dataset.lerobot_names import TASK_INDEX, lerobot_names, lerobot_tasks
 from dataset.manifest import write_store_manifest
 from dataset.shard import storage_dtype, store_name
 from dataset.writer import EpisodeRecord, ShardWriter
@@ -97,11 +100,13 @@ def export_lerobot(store: FleetStore, root: Path, repo_id: str | None = None, us
     inputs, observations = exported_observations(store.features, inputs, features)
     stored = exported_features(store.features, observations)
     manifest = store.manifest or {}
-    task = manifest.get("task", {}).get("name") or _shard_attr(store, "task")
+    task_block = manifest.get("task") or {"name": _shard_attr(store, "task")}
+    tasks, names = lerobot_tasks(task_block), lerobot_names(task_block["name"], list(stored))
     fps = int(manifest.get("fps") or _shard_attr(store, "fps"))
-    features = {name: {"dtype": "video" if use_videos and feature["dtype"] == "image" else feature["dtype"],
-                       "shape": tuple(feature["shape"]),  # lerobot compares shapes with tuples
-                       "names": feature["names"]}
+    features = {names.get(name, name): {
+                    "dtype": "video" if use_videos and feature["dtype"] == "image" else feature["dtype"],
+                    "shape": tuple(feature["shape"]),  # lerobot compares shapes with tuples
+                    "names": feature["names"]}
                 for name, feature in stored.items()}
     # Built aside and renamed into place at the end: an interrupted export leaves no half dataset at root.
     building = root.with_name(f".{root.name}.exporting")
@@ -110,7 +115,7 @@ def export_lerobot(store: FleetStore, root: Path, repo_id: str | None = None, us
     dataset = LeRobotDataset.create(repo_id or f"robofleet/{store.path.name}", fps, {**features, **FLEET_FEATURES},
                                     root=building, robot_type=ROBOT_TYPE, use_videos=use_videos)
     sidecar = {"version": SIDECAR_VERSION, "sites": list(SITES), "manifest": store.manifest, "inputs": inputs,
-               "features": stored, "robots": {}, "episodes": []}
+               "features": stored, "names": names, "robots": {}, "episodes": []}
     with _quiet_lerobot(), progress_bar(total=store.num_episodes, desc="export", unit="ep",
                                           disable=not progress) as bar:
         try:
@@ -123,9 +128,11 @@ def export_lerobot(store: FleetStore, root: Path, repo_id: str | None = None, us
                                  "site_id": np.array([SITES.index(site) if site in SITES else -1])}
                 for index in range(store.num_episodes_of(robot)):
                     episode, info = store.episode(robot, index), store.episode_info(robot, index)
+                    task_of_frame = (episode[TASK_INDEX][:, 0] if TASK_INDEX in stored
+                                     else np.zeros(info["length"], dtype=int))
                     for t in range(info["length"]):
-                        dataset.add_frame({**{name: episode[name][t] for name in stored},
-                                           **fleet_columns, "task": task})
+                        dataset.add_frame({**{names.get(name, name): episode[name][t] for name in stored},
+                                           **fleet_columns, "task": tasks[task_of_frame[t]]})
                     dataset.save_episode()
                     sidecar["episodes"].append({"robot_id": robot, **info})
                     bar.update()
@@ -203,6 +210,9 @@ def import_lerobot(root: Path, out: Path, repo_id: str | None = None, overwrite:
     robot_of_episode = dict(zip(spans, robots))
     sidecar = _read_sidecar(dataset, robots)
     features = sidecar["features"] if sidecar else _store_features(dataset.features)
+    names = (sidecar or {}).get("names", {})  # ours -> LeRobot's (dataset/lerobot_names.py)
+    read_as = {names.get(name, name): feature for name, feature in features.items()}
+    back = {lerobot: ours for ours, lerobot in names.items()}
     sidecar_episodes = dict(zip(spans, sidecar["episodes"])) if sidecar else {}
     manifest = (sidecar or {}).get("manifest") or {}
     tasks = list(dataset.meta.tasks.index)
@@ -219,7 +229,8 @@ def import_lerobot(root: Path, out: Path, repo_id: str | None = None, overwrite:
             with ShardWriter(out / store_name(robot), {**attrs, "code_version": code_version()}, features) as shard:
                 pending, buffered = [], 0
                 for order, episode in enumerate(e for e, r in robot_of_episode.items() if r == robot):
-                    columns = _read_episode(dataset, frames, episode, spans[episode], features)
+                    columns = _read_episode(dataset, frames, episode, spans[episode], read_as)
+                    columns = {back.get(name, name): values for name, values in columns.items()}
                     pending.append(_episode_record(columns, order, sidecar_episodes.get(episode)))
                     buffered += pending[-1].length
                     if buffered >= FLUSH_FRAMES:  # bounded memory: commit in batches, as collect does
@@ -274,7 +285,8 @@ def _read_sidecar(dataset: LeRobotDataset, robots: list[int]) -> dict | None:
     if not path.is_file():
         return None
     sidecar = json.loads(path.read_text())
-    if [e["robot_id"] for e in sidecar["episodes"]] != robots or not set(sidecar["features"]) <= set(dataset.features):
+    exported = {sidecar.get("names", {}).get(name, name) for name in sidecar["features"]}
+    if [e["robot_id"] for e in sidecar["episodes"]] != robots or not exported <= set(dataset.features):
         warnings.warn(f"{path} does not match the dataset's episodes and features (edited?); importing without it")
         return None
     return sidecar
