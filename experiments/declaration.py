@@ -12,6 +12,7 @@
     [[stage]]
     name = "train"
     kind = "train"
+    processes = 2
     options = { data = "{collect}", policy = "mlp", hidden = [64, 64] }
 
     [[stage]]
@@ -26,7 +27,8 @@
 
 A stage's options are its command's options (``robots = 2`` is ``--robots 2``, ``true``/``false`` are
 ``--flag``/``--no-flag``, a list is the option's values one after another); ``"{collect}"`` in a value is the
-output of the earlier stage ``collect``. Every evaluate stage declares its ``split``, and a compare stage, whose
+output of the earlier stage ``collect``. A train stage with ``processes = N`` (N > 1) runs under ``torchrun
+--standalone --nproc_per_node=N``, as a user trains with DDP on one machine. Every evaluate stage declares its ``split``, and a compare stage, whose
 figures are the ones reported, reads only test evaluations. ``load_declaration`` refuses anything else in one line.
 """
 
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DECLARATION_KEYS = {"name", "question", "claim", "stage"}
-STAGE_KEYS = {"name", "kind", "options"}
+STAGE_KEYS = {"name", "kind", "options", "processes"}
 KINDS = ("collect", "train", "evaluate", "compare")
 RUNNER_OPTIONS = {"out", "ledger", "question"}  # the runner sets these: outputs go under WORK, tests in the ledger
 COMPARE_OPTIONS = {"evaluations"}
@@ -49,10 +51,12 @@ PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 @dataclass(frozen=True)
 class Stage:
-    """One step of an experiment: its name (and output folder), its kind, and its command's options."""
+    """One step of an experiment: its name (and output folder), its kind, its command's options, and (train
+    stages) how many DDP processes run it."""
     name: str
     kind: str
     options: dict
+    processes: int = 1
 
     @property
     def split(self) -> str | None:
@@ -131,7 +135,12 @@ def _parsed_stage(table: dict, number: int, earlier: list[Stage]) -> Stage:
     if table.get("kind") not in KINDS:
         raise ValueError(f"stage {name} has kind {table.get('kind')!r}; a stage is one of {', '.join(KINDS)}")
     options = {key.replace("-", "_"): value for key, value in table.get("options", {}).items()}
-    stage = Stage(name, table["kind"], options)
+    processes = table.get("processes", 1)
+    if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+        raise ValueError(f"stage {name} has processes = {processes!r}; it is a whole number, at least 1")
+    if processes > 1 and table["kind"] != "train":
+        raise ValueError(f"stage {name} has processes = {processes}; only a train stage runs under torchrun")
+    stage = Stage(name, table["kind"], options, processes)
     _check_options(stage)
     _check_placeholders(stage, earlier)
     if stage.kind == "evaluate" and stage.split not in ("dev", "test"):

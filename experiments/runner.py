@@ -58,17 +58,28 @@ def _resolved(value: str, outputs: dict[str, str]) -> str:
 
 
 def stage_command(stage: Stage, outputs: dict[str, str], question: str, ledger: str) -> list[str]:
-    """The command (argv, this interpreter first) that runs ``stage`` into ``outputs[stage.name]``."""
-    command = [sys.executable, *COMMANDS[stage.kind], *option_arguments(stage.options, outputs),
+    """The command (argv, this interpreter first) that runs ``stage`` into ``outputs[stage.name]``: a train stage of
+    several ``processes`` under torchrun (``python -m torch.distributed.run``, torchrun itself)."""
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={stage.processes}"] \
+        if stage.processes > 1 else []
+    command = [sys.executable, *launcher, *COMMANDS[stage.kind], *option_arguments(stage.options, outputs),
                "--out", outputs[stage.name]]
     if stage.split == "test":
         command += ["--ledger", ledger, "--question", question]
     return command
 
 
+def shown_command(command: list[str]) -> str:
+    """``command`` as a user types it: ``python ...``, or ``torchrun ...`` for ``python -m torch.distributed.run``."""
+    launcher = ["-m", "torch.distributed.run"]
+    shown = ["torchrun", *command[3:]] if command[1:3] == launcher else ["python", *command[1:]]
+    return shlex.join(shown)
+
+
 def definition_sha256(stage: Stage, question: str) -> str:
     """The digest of what a stage measures: its name, kind and options (a test evaluation's question too)."""
     definition = {"name": stage.name, "kind": stage.kind, "options": stage.options,
+                  **({"processes": stage.processes} if stage.processes > 1 else {}),
                   **({"question": question} if stage.split == "test" else {})}
     return hashlib.sha256(json.dumps(definition, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -122,7 +133,7 @@ def _run_stage(stage: Stage, command: list[str], out: Path, records: Path, logs:
     env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # as experiments.common.run_step
     with open(log, "w") as output:
         returncode = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=REPO).returncode
-    _write_record(records, stage, question, shlex.join(["python", *command[1:]]), returncode, started)
+    _write_record(records, stage, question, shown_command(command), returncode, started)
     if returncode != 0:
         fail(f"stage {stage.name} failed (exit {returncode}); its output is in {log}", code=1)
     print(f"{stage.name}: done in {time.time() - started:.0f} s")

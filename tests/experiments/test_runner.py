@@ -39,7 +39,7 @@ def declaration_text(**stage_options) -> str:
     for stage in table["stage"]:
         options = {**stage["options"], **stage_options.get(stage["name"], {})}
         lines += ["[[stage]]", f"name = {json.dumps(stage['name'])}", f"kind = {json.dumps(stage['kind'])}",
-                  "[stage.options]", *(f"{key} = {json.dumps(value)}" for key, value in options.items())]
+                  f"processes = {stage.get('processes', 1)}", "[stage.options]", *(f"{key} = {json.dumps(value)}" for key, value in options.items())]
     return "\n".join(lines) + "\n"
 
 
@@ -52,7 +52,9 @@ def test_a_declaration_runs_resumes_and_reruns_from_its_first_changed_stage(tmp_
     evaluation = results["provenance"]["evaluations"]["test"]
     assert len(evaluation["checkpoint_sha256"]) == len(evaluation["store_manifest_sha256"]) == 64
     assert list(results["provenance"]["commands"]) == ["collect", "train", "test"]
-    assert results["provenance"]["commands"]["train"].startswith("python train/bc.py --data ")
+    assert results["provenance"]["commands"]["train"].startswith(
+        "torchrun --standalone --nproc_per_node=2 train/bc.py --data ")
+    assert "world_size 2" in (tmp_path / "work" / "logs" / "train.log").read_text()
     assert all((tmp_path / "work" / "logs" / f"{stage}.log").exists() for stage in ("collect", "train", "test"))
     assert ledger_lines(tmp_path) == 1
     first = records(tmp_path)
@@ -103,6 +105,10 @@ REFUSED = {
     "an evaluate stage without a split": (
         "[[stage]]\nname = 'e'\nkind = 'evaluate'\noptions = { expert = true, task = 'reach' }\n",
         "must declare split"),
+    "processes on a stage that is not training": (
+        "[[stage]]\nname = 'c'\nkind = 'collect'\nprocesses = 2\n", "only a train stage runs under torchrun"),
+    "processes that are not a whole number": (
+        "[[stage]]\nname = 't'\nkind = 'train'\nprocesses = 1.5\n", "it is a whole number, at least 1"),
     "two stages of one name": ("[[stage]]\nname = 'c'\nkind = 'collect'\n" * 2, "two stages are named c"),
     "a compare that reads a dev evaluation": (
         "[[stage]]\nname = 'dev'\nkind = 'evaluate'\noptions = { expert = true, task = 'reach', split = 'dev' }\n"
