@@ -5,9 +5,10 @@
     info["fleet"]["pc_success"], info["per_site"]["office"]["ci95"]
 
 Modules, in the order a run uses them: ``config`` (the options), ``plan`` (checkpoint
-checks, robots, held-out seeds), ``engine`` (dask tasks, progress), ``rollout`` (one
-robot's episodes as envs in lockstep), ``video``, ``report`` (figures and tables),
-``output`` (the EVAL directory), ``cli`` (the ``evaluate`` command).
+checks, robots, held-out seeds; ``tasks``: which task each robot runs when there are many),
+``engine`` (dask tasks, progress), ``rollout`` (one robot's episodes as envs in lockstep),
+``video``, ``report`` (figures and tables), ``output`` (the EVAL directory), ``cli`` (the
+``evaluate`` command).
 """
 
 from eval.config import EvalConfig

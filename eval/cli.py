@@ -3,6 +3,11 @@
     evaluate --checkpoint runs/bc --robots 100 --episodes 10 --out runs/eval
     evaluate --checkpoint runs/bc --compare                 # the scripted expert beside it
     evaluate --expert --task reach --robots 30              # the expert alone: the upper bound
+    evaluate --checkpoint runs/mt10 --robots 10 --episodes 10 --compare --positions fixed   # many tasks
+
+A multi-task checkpoint (or --expert --task metaworld/mt10) is evaluated on each of its tasks,
+robot k running the task collect gave it; --episodes then counts episodes per task (LeRobot's
+protocol: 10 per task), and success is reported per task and per difficulty group too.
 
 Episode seeds are held out from training; --robot-offset evaluates robots that were
 never in the training data. Writes EVAL/eval_info.json, per_robot.csv, success.png
@@ -18,7 +23,7 @@ from core.errors import fail, quiet_closed_pipes
 from core.options import parse_config
 from eval.config import EvalConfig
 from eval.engine import run_evaluation
-from eval.report import format_comparison, format_table, headline
+from eval.report import format_comparison, format_table, format_task_table, headline
 
 INTERRUPTED_EXIT = 130
 
@@ -40,6 +45,8 @@ def main(argv: list[str] | None = None) -> None:
         if config.compare:
             print(format_comparison(info))
         print(format_table(info))
+        if "per_group" in info:
+            print(format_task_table(info))
         print(f"wrote {config.out}/eval_info.json, per_robot.csv, success.png"
               + (f" and {len(info['video_paths'])} videos" if info["video_paths"] else ""))
 

@@ -8,13 +8,17 @@ from dataclasses import asdict, dataclass, field
 from core.options import check_choices, check_options
 from eval.split import SPLITS
 
+POSITIONS = ("random", "fixed")  # sim.envs.metaworld's, named here without importing metaworld
+
 
 @dataclass
 class EvalConfig:
     checkpoint: str | None = field(default=None, metadata={
         "help": "a training run, its checkpoints/last or a checkpoint file (not needed with --expert --task)"})
     robots: int = field(default=10, metadata={"help": "robots evaluated: OFFSET..OFFSET+N-1 of the fleet seed"})
-    episodes: int = field(default=10, metadata={"help": "episodes per robot, on held-out seeds"})
+    episodes: int = field(default=10, metadata={
+        "help": "episodes per robot, on held-out seeds; with many tasks (a multi-task checkpoint, --task "
+                "metaworld/mt10) episodes per task, LeRobot's protocol (10 per task), split over its robots"})
     out: str = field(default="runs/eval", metadata={"help": "output directory (EVAL)"})
     robot_offset: int = field(default=0, metadata={
         "help": "first robot id; past the training fleet it measures robots never seen in training"})
@@ -32,6 +36,9 @@ class EvalConfig:
     task: str | None = field(default=None, metadata={
         "help": "task (default: the checkpoint's; checked against it). A plug-in module:attr the checkpoint names is "
                 "imported only when given here: a file names code, only your command line imports it"})
+    positions: str | None = field(default=None, metadata={
+        "help": "Meta-World tasks only: random (the default: the fleet's, per robot and seed) or fixed (the MT50 "
+                "convention: one object and goal position per task)"})
     seed: int | None = field(default=None, metadata={
         "help": "fleet seed (default: the training collection's, so robot k is the robot trained on)"})
     expert: bool = field(default=False, metadata={"help": "evaluate the scripted expert instead of the policy"})
@@ -58,7 +65,7 @@ class EvalConfig:
         check_options(self, ("robot_offset", "episode_offset", "videos"), lambda value: value >= 0, "must be at least 0")
         if self.seed is not None:
             check_options(self, ("seed",), lambda value: value >= 0, "must not be negative")
-        check_choices(self, {"split": SPLITS})
+        check_choices(self, {"split": SPLITS, **({"positions": POSITIONS} if self.positions is not None else {})})
         if self.split == "dev" and self.question is not None:
             raise ValueError("--question names what a test evaluation answers: it needs --split test")
         if self.expert and self.compare:

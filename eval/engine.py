@@ -35,12 +35,13 @@ from eval.video import pick_video_episodes
 
 def make_jobs(config: EvalConfig, plan: EvalPlan, video_dir: Path) -> list[RobotJob]:
     """One job per robot and agent; videos go to the first agent's episodes."""
-    videos = pick_video_episodes(plan.robots, config.episodes, config.videos)
+    videos = pick_video_episodes(plan.robots, min(map(len, plan.seeds.values())), config.videos)
     return [
-        RobotJob(agent, profile.to_dict(), plan.task, tuple(plan.seeds[profile.robot_id]), plan.checkpoint,
-                 plan.cameras, plan.image_size, config.batch, config.device, config.n_action_steps,
+        RobotJob(agent, profile.to_dict(), plan.robot_tasks[profile.robot_id], tuple(plan.seeds[profile.robot_id]),
+                 plan.checkpoint, plan.cameras, plan.image_size, config.batch, config.device, config.n_action_steps,
                  videos.get(profile.robot_id, ()) if agent == config.agents[0] else (), str(video_dir), plan.fps,
-                 max_parameters=config.max_parameters)
+                 max_parameters=config.max_parameters, positions=plan.positions,
+                 task_index=plan.tasks.index(plan.robot_tasks[profile.robot_id]) if plan.tasks else None)
         for agent in config.agents for profile in plan.robots
     ]
 

@@ -5,6 +5,11 @@
 gives each one its held-out episode seeds. Every problem is a ``ValueError`` with a
 one-line message, raised before a worker starts or a file is written.
 
+**Many tasks.** A checkpoint whose task block lists ``"tasks"`` (a multi-task policy) or the expert
+alone on a group (``--task metaworld/mt10``) is evaluated on every task: robot k runs the task
+``sim.fleet.fleet_task`` gives it, as in collection, and ``--episodes`` counts per task
+(``eval.tasks.share_episodes``).
+
 **Held-out seeds.** Episode ``i`` of robot ``r`` runs with the seed of its split
 (``eval.split.split_seed``: the ``evaluate`` stream for dev, the ``test`` stream for test),
 i from ``--episode-offset`` (0); collection uses the ``collect`` stream, so the seeds
@@ -27,12 +32,14 @@ from dataset import FleetStore
 from dataset.chunks import DataError, read_rows
 from dataset.manifest import MANIFEST
 from dataset.inputs import IMAGE_PREFIX, PRIVILEGED_FEATURE, camera_names
-from dataset.schema import features_of
+from dataset.schema import TASK_FEATURES, features_of
 from eval.config import EvalConfig
 from eval.lerobot_policy import LeRobotAgent, describe_lerobot_policy, is_lerobot_pretrained
 from eval.split import check_robots, describe, split_seed
+from eval.tasks import share_episodes
 from sim.fleet import RobotProfile, make_robot
-from sim.tasks import recorded_task, resolve_task
+from sim.metaworld_tasks import GROUPS
+from sim.tasks import METAWORLD_TASKS, TaskSpec, recorded_task, resolve_task, resolve_tasks
 from train.checkpoint import Checkpoint, open_checkpoint
 from train.policies.policy import PolicySpec
 
@@ -54,6 +61,9 @@ class EvalPlan:
     seeds: dict[int, list[int]]  # robot id -> its episodes' seeds
     training_robots: list[int] | None  # robots it trained on (collection and rounds), when they are on disk
     held_out: str  # how the seeds are known to be held out
+    robot_tasks: dict[int, str] = dataclasses.field(default_factory=dict)  # robot id -> its task (workers resolve it)
+    tasks: list[str] | None = None  # many tasks: their names, in the order of the policy's task_index
+    positions: str | None = None  # --positions, for Meta-World's envs
     split: str = "dev"
     store_manifest_sha256: str | None = None  # of the training collection's manifest.json, where it is on disk
     loaded: Checkpoint | None = None  # the checkpoint as read and verified, which the workers' copy is made of
@@ -62,7 +72,8 @@ class EvalPlan:
         """The resolved facts recorded in eval_info.json."""
         return {"task": self.task_name, "cameras": list(self.cameras), "image_size": self.image_size,
                 "fps": self.fps, "fleet_seed": self.fleet_seed, "fleet_seed_from": self.seeds_from,
-                "split": self.split, "held_out": self.held_out,
+                "split": self.split, "held_out": self.held_out, "positions": self.positions or "random",
+                **({"tasks": self.tasks} if self.tasks else {}),
                 "store_manifest_sha256": self.store_manifest_sha256,
                 "robot_ids": [p.robot_id for p in self.robots], "training_robots": self.training_robots,
                 "unseen_robots": None if self.training_robots is None else
@@ -110,8 +121,19 @@ def _check_chunk(spec: PolicySpec, n_action_steps: int | None) -> None:
                          f"of {longest} actions")
 
 
-def _task(config: EvalConfig, checkpoint: Checkpoint | None):
+def _task(config: EvalConfig, checkpoint: Checkpoint | None) -> tuple[str, str, list[TaskSpec], bool]:
+    """What workers resolve, the task's name, the tasks evaluated (a multi-task policy's in its checkpoint's order,
+    the order its ``task_index`` counts in) and whether there are many (``eval.tasks``)."""
     trained_on = (checkpoint.task if checkpoint else None) or {}
+    if trained_on.get("tasks"):
+        if config.task not in (None, trained_on.get("name")):
+            raise ValueError(f"the checkpoint was trained on the tasks of {trained_on.get('name')!r}, "
+                             f"not {config.task!r}")
+        where = f"the checkpoint {checkpoint.path}"
+        return (trained_on.get("name"), trained_on.get("name"),
+                [recorded_task(name, None, where) for name in trained_on["tasks"]], True)
+    if checkpoint is None and config.task in GROUPS:  # the expert alone on a group
+        return config.task, config.task, resolve_tasks(config.task), True
     reference = config.task or trained_on.get("reference") or trained_on.get("name")
     if reference is None:
         lerobot = checkpoint is not None and checkpoint.format == "lerobot"
@@ -124,7 +146,14 @@ def _task(config: EvalConfig, checkpoint: Checkpoint | None):
         spec = recorded_task(reference, None, f"the checkpoint {checkpoint.path}")
     if checkpoint is not None and trained_on.get("name") not in (None, spec.name):
         raise ValueError(f"the checkpoint was trained on task {trained_on['name']!r}, not {spec.name!r}")
-    return reference, spec
+    return reference, spec.name, [spec], False
+
+
+def _check_positions(positions: str | None, specs: list[TaskSpec]) -> None:
+    """``--positions`` is for tasks whose envs take it: Meta-World's."""
+    if positions is not None and (other := next((s.name for s in specs if s.name not in METAWORLD_TASKS), None)):
+        raise ValueError(f"--positions {positions}: task {other} takes no positions (only Meta-World tasks, "
+                         "metaworld/..., have fixed and random ones)")
 
 
 def _cameras(checkpoint: Checkpoint | None) -> tuple[tuple[str, ...], int | tuple[int, int]]:
@@ -136,6 +165,21 @@ def _cameras(checkpoint: Checkpoint | None) -> tuple[tuple[str, ...], int | tupl
         return (), 96
     height, width = checkpoint.features[names[0]]["shape"][:2]
     return tuple(name[len(IMAGE_PREFIX):] for name in names), height if height == width else (height, width)
+
+
+def _probe(spec: TaskSpec, profile: RobotProfile, cameras: tuple[str, ...], image_size: int | tuple[int, int],
+           env_kwargs: dict) -> tuple[dict, int]:
+    """The features and fps of ``spec``'s env for one robot; a one-line ``ValueError`` where it cannot be made."""
+    try:
+        probe = spec.make_env(profile, cameras=cameras, image_size=image_size, **env_kwargs)
+    except Exception as error:
+        named = ", ".join(IMAGE_PREFIX + camera for camera in cameras)
+        wanted = f" with the policy's cameras ({named})" if cameras else ""
+        raise ValueError(f"cannot make the {spec.name} env{wanted}: {one_line(error)}") from None
+    try:
+        return features_of(probe), int(probe.metadata.get("render_fps", 0))
+    finally:
+        probe.close()
 
 
 def _check_schema(checkpoint: Checkpoint, env_features: dict) -> None:
@@ -237,22 +281,24 @@ def make_plan(config: EvalConfig) -> EvalPlan:
         raise ValueError("--device cuda: torch finds no CUDA GPU on this machine; use --device cpu (or auto)")
     check_robots(config.split, config.robot_offset, config.robots)
     checkpoint = _load(config.checkpoint, config.n_action_steps, config.max_parameters) if config.checkpoint else None
-    task, spec = _task(config, checkpoint)
+    task, name, specs, many = _task(config, checkpoint)
+    _check_positions(config.positions, specs)
+    env_kwargs = {"positions": config.positions} if config.positions else {}
     cameras, image_size = _cameras(checkpoint)
     store = _training_store(checkpoint)
     fleet_seed, seeds_from = _fleet_seed(config, checkpoint, store)
-    robots = [make_robot(k, fleet_seed) for k in range(config.robot_offset, config.robot_offset + config.robots)]
+    robot_ids = list(range(config.robot_offset, config.robot_offset + config.robots))
+    shares = (share_episodes([spec.name for spec in specs], robot_ids, config.episodes) if many
+              else {robot_id: (task, config.episodes) for robot_id in robot_ids})
+    robots = [make_robot(k, fleet_seed) for k in robot_ids]
 
-    try:
-        probe = spec.make_env(robots[0], cameras=cameras, image_size=image_size)
-    except Exception as error:
-        named = ", ".join(IMAGE_PREFIX + camera for camera in cameras)
-        wanted = f" with the policy's cameras ({named})" if cameras else ""
-        raise ValueError(f"cannot make the {spec.name} env{wanted}: {one_line(error)}") from None
-    fps = int(probe.metadata.get("render_fps", 0))
-    if checkpoint is not None:
-        _check_schema(checkpoint, features_of(probe))
-    probe.close()
+    # The first robot of each task makes its env once: every task must give the inputs the policy was trained on.
+    probes = [(spec, next(p for p in robots if shares[p.robot_id][0] == spec.name)) for spec in specs] if many \
+        else [(specs[0], robots[0])]
+    for spec, profile in probes:
+        features, fps = _probe(spec, profile, cameras, image_size, env_kwargs)
+        if checkpoint is not None:
+            _check_schema(checkpoint, {**features, **(TASK_FEATURES if many else {})})
 
     if checkpoint is not None and PRIVILEGED_FEATURE in checkpoint.spec.features and (
             cameras or (store is not None and camera_names(store.features))):
@@ -260,7 +306,7 @@ def make_plan(config: EvalConfig) -> EvalPlan:
              "available: a real robot could not run it (train on --inputs proprio+cameras)")
 
     same_fleet = store is not None and store.manifest is not None and store.manifest.get("seed") == fleet_seed
-    seeds = {p.robot_id: held_out_seeds(fleet_seed, p.robot_id, config.episodes,
+    seeds = {p.robot_id: held_out_seeds(fleet_seed, p.robot_id, shares[p.robot_id][1],
                                         trained_seeds(store, p.robot_id) if same_fleet else set(),
                                         first=config.episode_offset, split=config.split)
              for p in robots}
@@ -276,10 +322,12 @@ def make_plan(config: EvalConfig) -> EvalPlan:
                 "inputs": checkpoint.spec.inputs, "features": list(checkpoint.spec.features), "data": checkpoint.data,
                 "n_action_steps": config.n_action_steps or checkpoint.spec.n_action_steps,
                 "personal_robots": sorted(checkpoint.personal)}
-    return EvalPlan(task=task, task_name=spec.name, checkpoint=str(checkpoint.path) if checkpoint else None,
+    return EvalPlan(task=task, task_name=name, checkpoint=str(checkpoint.path) if checkpoint else None,
                     checkpoint_info=info,
                     cameras=cameras, image_size=image_size, fps=fps, fleet_seed=fleet_seed, seeds_from=seeds_from,
                     robots=robots, seeds=seeds,
                     training_robots=training_robots(checkpoint, store, fleet_seed) if same_fleet else None,
                     held_out=held_out, split=config.split, loaded=checkpoint,
+                    robot_tasks={robot_id: share[0] for robot_id, share in shares.items()},
+                    tasks=[spec.name for spec in specs] if many else None, positions=config.positions,
                     store_manifest_sha256=file_sha256(store.path / MANIFEST) if store is not None else None)

@@ -57,6 +57,8 @@ class RobotJob:
     video_dir: str | None = None
     fps: int = 20
     max_parameters: int | None = None  # None: train.policies.budget's default
+    positions: str | None = None  # a Meta-World env's positions (None: the env's default)
+    task_index: int | None = None  # many tasks: the robot's task's index in the policy's list, in every observation
 
 
 def _device(job: RobotJob) -> str:
@@ -136,12 +138,14 @@ class _Episode:
         self.error, self.success, self.done = reason, False, True
 
 
-def _run_wave(envs: list, agent, episodes: list[_Episode]) -> None:
-    """Run a wave of episodes (one per env) to their ends, in lockstep."""
+def _run_wave(envs: list, agent, episodes: list[_Episode], extra: dict | None = None) -> None:
+    """Run a wave of episodes (one per env) to their ends, in lockstep; ``extra`` joins every observation."""
+    extra = extra or {}
     observations: list[dict | None] = [None] * len(episodes)
     for i, episode in enumerate(episodes):
         try:
-            observations[i], info = envs[i].reset(seed=episode.seed)
+            observation, info = envs[i].reset(seed=episode.seed)
+            observations[i] = {**observation, **extra}
             episode.success = bool(info.get("is_success", False))
         except Exception as error:
             episode.fail(f"env reset raised {one_line(error)}")
@@ -161,7 +165,8 @@ def _run_wave(envs: list, agent, episodes: list[_Episode]) -> None:
             return
         for i, episode in enumerate(episodes):
             if not episode.done:
-                observations[i] = _step(envs[i], episode, np.asarray(actions[i], dtype=np.float32))
+                observation = _step(envs[i], episode, np.asarray(actions[i], dtype=np.float32))
+                observations[i] = None if observation is None else {**observation, **extra}
 
 
 def _step(env, episode: _Episode, action: np.ndarray) -> dict | None:
@@ -192,15 +197,23 @@ def video_name(robot_id: int, site: str, agent: str, index: int) -> str:
     return f"robot_{robot_id:04d}_{site}_{agent}_episode_{index:03d}.mp4"
 
 
+def robot_env(job: RobotJob, spec: TaskSpec, profile: RobotProfile):
+    """One env of the job's robot, made as its episodes' envs are (cameras, positions, rendering for videos)."""
+    return spec.make_env(profile, cameras=job.cameras, image_size=job.image_size,
+                         **({"render_mode": "rgb_array"} if job.videos else {}),
+                         **({"positions": job.positions} if job.positions else {}))
+
+
 def evaluate_robot(job: RobotJob) -> list[dict]:
     """Run one robot's episodes; returns one record per episode (see the module docstring)."""
     profile = RobotProfile.from_dict(job.profile)
     spec = resolve_task(job.task)
     batch = min(job.batch, len(job.seeds))
-    render_mode = {"render_mode": "rgb_array"} if job.videos else {}
+    # THE CONTRACT of a multi-task policy: its task's index in every observation, as the training frames had it
+    extra = {} if job.task_index is None else {"task_index": np.array([job.task_index], dtype=np.int64)}
 
     def make_env():
-        return spec.make_env(profile, cameras=job.cameras, image_size=job.image_size, **render_mode)
+        return robot_env(job, spec, profile)
 
     envs = []
     records = []
@@ -210,7 +223,7 @@ def evaluate_robot(job: RobotJob) -> list[dict]:
         for start in range(0, len(job.seeds), batch):
             wave = [_Episode(index, job.seeds[index], index in job.videos)
                     for index in range(start, min(start + batch, len(job.seeds)))]
-            _run_wave(envs, agent, wave)
+            _run_wave(envs, agent, wave, extra)
             for i, episode in enumerate(wave):
                 if episode.error is not None:  # a crashed env may be in any state: replace it
                     envs[i].close()
