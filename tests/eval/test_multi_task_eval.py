@@ -5,7 +5,9 @@ import json
 import numpy as np
 import pytest
 
+from collect_helpers import collected
 from fault_helpers import assert_one_line
+from train_helpers import train
 from eval import EvalConfig, run_evaluation
 from eval.cli import main as evaluate_main
 from eval.engine import make_jobs
@@ -17,6 +19,7 @@ from sim.experts import ReachExpert
 from sim.fleet import RobotProfile, fleet_task, make_robot
 from sim.metaworld_tasks import GROUPS, task_name
 from sim.tasks import TaskSpec, resolve_task
+from train.checkpoint import open_checkpoint
 
 MT10 = [task_name(task) for task in GROUPS["metaworld/mt10"]]
 
@@ -157,3 +160,25 @@ def test_bad_positions_and_too_few_robots_are_one_line(tmp_path, capsys, argumen
     assert exit_info.value.code == 2
     assert_one_line(capsys.readouterr().err, message)
     assert not (tmp_path / "eval").exists()
+
+
+@pytest.mark.slow
+def test_a_multi_task_checkpoint_is_evaluated_per_task_beside_the_expert(tmp_path_factory):
+    fleet = collected(tmp_path_factory, "very_hard", "--task", "metaworld/very_hard", "--robots", "5", "--episodes",
+                      "1", "--workers", "2")
+    run = tmp_path_factory.mktemp("very_hard_run") / "run"
+    completed = train("--data", fleet, "--out", run, "--max-steps", "30")
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    checkpoint = open_checkpoint(run)
+    tasks = checkpoint.task["tasks"]
+    assert "task_index" in checkpoint.spec.features  # THE CONTRACT: the policy reads its task
+
+    info = run_evaluation(EvalConfig(checkpoint=str(run), robots=5, episodes=1, compare=True, workers=2, quiet=True,
+                                     out=str(tmp_path_factory.mktemp("very_hard_eval") / "eval")))
+    assert info["setup"]["tasks"] == tasks and info["task"] == "metaworld/very_hard"
+    assert [r["error"] for r in info["per_episode"]] == [None] * 5  # the policy found task_index in every step
+    for agent in (info, info["expert"]):
+        assert sorted(agent["per_task"]) == sorted(tasks) and list(agent["per_group"]) == ["metaworld/very_hard"]
+        assert {row["robot_id"]: row["task"] for row in agent["per_robot"]} == {k: fleet_task(tasks, k)
+                                                                             for k in range(5)}
+    assert {f"task {task}" for task in tasks} | {"group metaworld/very_hard"} <= set(info["compare"])
