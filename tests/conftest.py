@@ -39,6 +39,13 @@ def pick_place_fleet(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def mt10_fleet(tmp_path_factory):
+    """Meta-World's MT10 on 10 robots x 1 episode, state only: each robot runs one of the ten tasks. Read-only."""
+    return collected(tmp_path_factory, "mt10", "--task", "metaworld/mt10", "--robots", "10", "--episodes", "1",
+                     "--workers", "2")
+
+
+@pytest.fixture(scope="session")
 def trained_run(pick_place_fleet, tmp_path_factory):
     """A bc.py run of 20 steps on the pick-place fleet: checkpoints at steps 10 and 20. Read-only."""
     run = tmp_path_factory.mktemp("trained") / "run"

@@ -46,13 +46,16 @@ def lerobot_stats(normalizer: Normalizer, mode: str) -> dict[str, torch.Tensor]:
 def export_lerobot_policy(checkpoint: Path, out: Path) -> Path:
     """Write the act or diffusion policy of ``checkpoint`` to ``out`` (see the module docstring); returns ``out``.
 
-    Raises ValueError for another kind of policy or an ``out`` that is not empty.
+    Raises ValueError for another kind of policy, a multi-task one, or an ``out`` that is not empty.
     """
     from lerobot.policies.factory import make_pre_post_processors
 
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"{out} exists and is not an empty directory: export into a new one")
     policy, _ = load_policy(checkpoint)
+    if policy.spec.task_count:
+        raise ValueError(f"{checkpoint} is a multi-task policy, which reads its task as a one-hot beside "
+                         "observation.state: LeRobot's policies have no such input, so it does not export")
     if policy.spec.kind not in EXPORTABLE:
         raise ValueError(f"{policy.spec.kind} has no LeRobot counterpart: only {' and '.join(EXPORTABLE)} export "
                          "(evaluate runs the others from their run directory)")

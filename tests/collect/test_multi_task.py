@@ -9,20 +9,13 @@ import pytest
 import zarr
 
 from collect.cli import main as collect_main
-from collect_helpers import collected, subprocess_env
+from collect_helpers import subprocess_env
 from dataset.manifest import robot_task
 from fault_helpers import assert_one_line, exit_code_of, flip_byte
 from sim.fleet import fleet_task
 from sim.metaworld_tasks import GROUPS, task_name
 
 MT10 = [task_name(task) for task in GROUPS["metaworld/mt10"]]
-
-
-@pytest.fixture(scope="module")
-def mt10_fleet(tmp_path_factory):
-    """MT10 on 10 robots x 1 episode: each robot runs one of the ten tasks."""
-    return collected(tmp_path_factory, "mt10", "--task", "metaworld/mt10", "--robots", "10", "--episodes", "1",
-                     "--workers", "2")
 
 
 def stored_files(store):

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from collect_helpers import collected
 from dataset import FleetStore
 from dataset.episodes import select_episodes
 from dataset.manifest import robot_task
 from dataset.windows import FleetWindowDataset, WindowSpec
 from train.checkpoint import open_checkpoint
+from train.export import export_lerobot_policy
 from train.policies.options import PolicyOptions
 from train.policies.policy import make_policy, policy_spec
 from train_helpers import train
@@ -30,13 +30,6 @@ STATS = {name: {"mean": np.full(size, 0.1), "std": np.full(size, 2.0), "min": np
          for name, size in (("observation.state", 4), ("observation.environment_state", 5), ("action", 2))}
 STATS["observation.images.corner2"] = {k: np.full((3, 1, 1), v) for k, v in
                                        {"mean": 0.5, "std": 0.25, "min": 0.0, "max": 1.0}.items()}
-
-
-@pytest.fixture(scope="module")
-def mt10_fleet(tmp_path_factory):
-    """MT10 on 10 robots x 1 episode, state only: each robot runs one of the ten tasks."""
-    return collected(tmp_path_factory, "mt10", "--task", "metaworld/mt10", "--robots", "10", "--episodes", "1",
-                     "--workers", "2")
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +79,13 @@ def test_a_multi_task_checkpoint_reads_the_task_and_lists_the_tasks(mt10_fleet, 
              for name in ("observation.state", "observation.environment_state")}
     actions = actions_per_task(checkpoint.policy(), frame, len(tasks))
     assert len({tuple(action.round(6)) for action in actions}) == len(tasks)  # the task really is an input
+
+
+@pytest.mark.slow
+def test_a_multi_task_policy_is_refused_by_the_lerobot_export_in_one_line(mt10_run, tmp_path):
+    with pytest.raises(ValueError, match="is a multi-task policy") as error:
+        export_lerobot_policy(mt10_run, tmp_path / "exported")
+    assert "\n" not in str(error.value) and not (tmp_path / "exported").exists()
 
 
 @pytest.mark.slow
