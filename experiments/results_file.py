@@ -71,11 +71,23 @@ def _test_evaluation(name: str, folder: Path) -> dict:
     return info
 
 
+def _figures(summary: dict) -> dict:
+    return {key: summary[key] for key in ("pc_success", "ci95", "n_episodes")}
+
+
+def _breakdown(info: dict) -> dict:
+    """Per site, and with many tasks per task and per difficulty group, as an evaluation reported them."""
+    tables = ("per_site", "per_task", "per_group") if "per_group" in info else ("per_site",)
+    return {table: {name: _figures(summary) for name, summary in info[table].items()} for table in tables}
+
+
 def _reported(info: dict) -> dict:
-    fleet = info["fleet"]
-    return {"pc_success": fleet["pc_success"], "ci95": fleet["ci95"], "n_episodes": fleet["n_episodes"],
-            "split": info["setup"]["split"], "question": info["question"],
-            "test_evaluations": info["test_evaluations"]}
+    """What a test evaluation reports: the fleet's figures and their breakdown, and the expert's on the same
+    episodes where it ran beside (``evaluate --compare``)."""
+    expert = info.get("expert")
+    return {**_figures(info["fleet"]), "split": info["setup"]["split"], "question": info["question"],
+            "test_evaluations": info["test_evaluations"], **_breakdown(info),
+            **({"expert": {**_figures(expert["fleet"]), **_breakdown(expert)}} if expert else {})}
 
 
 def _measured(info: dict) -> dict:

@@ -48,7 +48,10 @@ def test_a_declaration_runs_resumes_and_reruns_from_its_first_changed_stage(tmp_
     run(SMOKE, tmp_path)
     results = json.loads((tmp_path / "results.json").read_text())
     check_results(tmp_path / "results.json")
-    assert results["results"]["test"]["split"] == "test" and results["results"]["test"]["n_episodes"] == 2
+    reported = results["results"]["test"]
+    assert reported["split"] == "test" and reported["n_episodes"] == 2
+    assert sum(site["n_episodes"] for site in reported["per_site"].values()) == 2
+    assert reported["expert"]["n_episodes"] == 2  # the expert beside, on the same episodes
     evaluation = results["provenance"]["evaluations"]["test"]
     assert len(evaluation["checkpoint_sha256"]) == len(evaluation["store_manifest_sha256"]) == 64
     assert list(results["provenance"]["commands"]) == ["collect", "train", "test"]
