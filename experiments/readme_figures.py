@@ -59,3 +59,17 @@ def compute_checks_text(result: dict) -> str:
     return (f"CPU: {within} of {len(checked)} points (worst {high['policy']} {high['point']} {high['error']:+.1%}, "
             f"{low['policy']} {low['point']} {low['error']:+.1%}; a point's rounds differ by {spread:.0%}). "
             f"GPU ({result['gpu']['device']}), its one recorded point: " + ", ".join(gpu))
+
+
+def many_tasks_text(result: dict) -> str:
+    """A runner's results of one test evaluation over many tasks with the expert beside: the policy's success over
+    the expert's (every task has as many episodes, so this is over the tasks' average), both with the policy's 95%
+    interval, the lowest task, and how many test evaluations the question has had."""
+    test = next(iter(result["results"].values()))
+    expert, tasks = test["expert"], test["per_task"]
+    lowest = min(tasks, key=lambda task: tasks[task]["pc_success"])
+    low, high = test["ci95"]
+    return (f"{test['pc_success'] / expert['pc_success']:.2f} of the experts ({test['pc_success']:.1f}% "
+            f"[{low:.1f}, {high:.1f}] against {expert['pc_success']:.1f}%; {len(tasks)} tasks, "
+            f"{test['n_episodes']} test episodes), lowest task {lowest.split('/')[-1]} "
+            f"{tasks[lowest]['pc_success']:.0f}%; test evaluations of the question: {test['test_evaluations']}")

@@ -121,6 +121,7 @@ SECTIONS = [
     _readme("readme_scaling", "scaling", "experiments.readme_figures:reach_text"),
     _readme("readme_scaling_visuomotor", "scaling_visuomotor", "experiments.readme_figures:reach_text"),
     _readme("readme_compute_scaling", "compute_scaling", "experiments.readme_figures:compute_checks_text"),
+    _readme("readme_mt50_state", "metaworld_mt50_state", "experiments.readme_figures:many_tasks_text"),
     _benchmark("expert_success", "expert_success", "expert_text"),
     _benchmark("collect_speed", "collect_speed", "collect_text"),
     _benchmark("collect_speed_cameras", "collect_speed_cameras", "collect_text"),
