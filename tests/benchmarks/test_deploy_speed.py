@@ -15,7 +15,9 @@ def test_a_tiny_job_measures_every_setup_and_writes_only_its_out_file(tmp_path):
     out = tmp_path / "speed" / "deploy.json"
     result = deploy_speed.main(["--task", "reach", "--robots", "2", "--episodes", "2", "--operators", "2",
                                 "--image-size", "32", "--rounds", "1", "--out", str(out)])
-    assert json.loads(out.read_text()) == result
+    written = json.loads(out.read_text())
+    assert written.pop("command").startswith("python -m benchmarks.deploy_speed --task reach --robots 2 ")
+    assert written == result
     assert list(result["steps_per_s_best"]) == list(deploy_speed.SETUPS)
     assert all(rate > 0 for rate in result["steps_per_s_best"].values())
     assert len(result["steps_per_s_rounds"]) == 1

@@ -13,8 +13,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 def test_a_tiny_run_writes_rows_accounts_and_a_plot_and_a_rerun_redoes_nothing_and_rohe_cells_deploy_its_seed(
         tmp_path, capsys):
-    docs = tmp_path / "fleet_learning.md"
-    docs.write_text("# Fleet learning\n\nText before the table stays.\n")
+    docs = tmp_path / "runs"  # each run's page is docs/NAME.md
     status = git_status()
     arguments = ["--setting", "state", "--gates", "random", "stall", "--seed-robots", "2", "--seed-episodes", "2",
                  "--hidden", "16", "--batch-size", "8", "--ranks", "1", "--seed-steps", "10", "--rounds", "1",
@@ -39,8 +38,7 @@ def test_a_tiny_run_writes_rows_accounts_and_a_plot_and_a_rerun_redoes_nothing_a
     held_out = json.loads((tmp_path / "run" / "stall" / "eval_round_1_held_out" / "eval_info.json").read_text())
     assert [robot["robot_id"] for robot in held_out["per_robot"]] == [3, 4]  # past the 3 deployed robots
     assert all("held_out" in row for row in result["rows"])
-    text = docs.read_text()
-    assert text.startswith("# Fleet learning\n\nText before the table stays.")
+    text = (docs / "fleet_learning_state.md").read_text()
     assert "<!-- fleet_learning_state:start -->" in text and "| stall | 1 | 15 |" in text
     assert "python -m experiments.fleet_learning --setting state --gates random stall" in text
     assert (tmp_path / "media" / "fleet_learning_state_pick_place.png").stat().st_size > 0
@@ -62,7 +60,7 @@ def test_a_tiny_run_writes_rows_accounts_and_a_plot_and_a_rerun_redoes_nothing_a
     assert evaluated["config"]["checkpoint"].endswith("fleet/round_1_trained")
     assert (tmp_path / "fleet_learning_state_2x_continuous_fresh.json").exists()
     assert ("(state, pick_place, 2 episodes a robot each round, continuously, a fresh policy each round)"
-            in docs.read_text())
+            in (docs / "fleet_learning_state_2x_continuous_fresh.md").read_text())
     assert "train the seed policy: finished earlier" in capsys.readouterr().out
 
     rohe_docs = tmp_path / "rohe.md"
