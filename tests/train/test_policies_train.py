@@ -26,7 +26,7 @@ def observations_of(task: str, cameras: tuple[str, ...], robots: int) -> tuple[l
                                          ("diffusion", "pick_place")])  # act on images: tests/train/test_policy.py
 def test_a_policy_trains_and_its_checkpoint_drives_envs(kind, fleet, request, tmp_path):
     data, run = request.getfixturevalue(f"{fleet}_fleet"), tmp_path / "run"
-    completed = train("--data", data, "--out", run, "--policy", kind, "--max-steps", "8", "--batch-size", "8",
+    completed = train("--data", data, "--out", run, "--policy", kind, "--max-steps", "8", "--batch-size", "16",
                       "--log-interval", "4", "--val-fraction", "0.3", "--val-interval", "8", "--lr", "1e-3")
     assert completed.returncode == 0, completed.stderr[-3000:]
     records = metrics(run)
