@@ -75,7 +75,7 @@ def write_manifest(out: Path, config: CollectConfig, tasks: list[TaskSpec], feat
     # "reference" is the task as given (a name, env id or module:attr): what later commands resolve it from
     if len(tasks) == 1:
         task = {"name": tasks[0].name, "env_id": tasks[0].env_id, "reference": config.task}
-    else:  # a group, shared out over the fleet by sim.tasks.fleet_task; frames record their index in "tasks"
+    else:  # a group, shared out over the fleet by sim.fleet.fleet_task; frames record their index in "tasks"
         task = {"name": config.task, "env_id": None, "reference": config.task, "tasks": [spec.name for spec in tasks]}
     write_store_manifest(out, task=task, fps=fps, features=features,
                          seed=config.seed, data_config=config.data_config(),
