@@ -209,7 +209,7 @@ def evaluate_robot(job: RobotJob) -> list[dict]:
     profile = RobotProfile.from_dict(job.profile)
     spec = resolve_task(job.task)
     batch = min(job.batch, len(job.seeds))
-    # THE CONTRACT of a multi-task policy: its task's index in every observation, as the training frames had it
+    # A multi-task policy reads its task's index (task_index) in every observation, as its training frames had it
     extra = {} if job.task_index is None else {"task_index": np.array([job.task_index], dtype=np.int64)}
 
     def make_env():

@@ -75,7 +75,7 @@ def test_each_tasks_episodes_are_shared_over_the_robots_that_run_it():
 
 
 class TaskIndexExpert(ReachExpert):
-    """Reach's expert that insists on finding its task's index (3) in every observation, as THE CONTRACT puts it."""
+    """Reach's expert that insists on finding its task's index (3) in every observation, as a multi-task policy does."""
 
     def __call__(self, observation: dict) -> np.ndarray:
         index = observation.get("task_index")
@@ -171,7 +171,7 @@ def test_a_multi_task_checkpoint_is_evaluated_per_task_beside_the_expert(tmp_pat
     assert completed.returncode == 0, completed.stderr[-3000:]
     checkpoint = open_checkpoint(run)
     tasks = checkpoint.task["tasks"]
-    assert "task_index" in checkpoint.spec.features  # THE CONTRACT: the policy reads its task
+    assert "task_index" in checkpoint.spec.features  # the policy reads its task as an input
 
     info = run_evaluation(EvalConfig(checkpoint=str(run), robots=5, episodes=1, compare=True, workers=2, quiet=True,
                                      out=str(tmp_path_factory.mktemp("very_hard_eval") / "eval")))
