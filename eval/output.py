@@ -3,6 +3,7 @@
     EVAL/eval_info.json   everything (see eval.report and eval.engine)
     EVAL/per_robot.csv    one row per robot (and the expert beside it, when compared)
     EVAL/success.png      per-robot success bars grouped by site, fleet mean as a line
+    EVAL/success_tasks.png  with many tasks: per-task success with its 95% interval, by difficulty group
     EVAL/videos/*.mp4     with --videos
 
 A run holds EVAL's lock throughout (``core.lock``: one evaluate writes an EVAL at a time) and
@@ -31,9 +32,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 from core.errors import check_output_directory, warn  # noqa: E402
 from core.files import write_json_atomic
 from core.lock import output_lock
+from eval.tasks import DIFFICULTIES, difficulty
 
 EVAL_INFO = "eval_info.json"
 SITE_COLOURS = {"office": "tab:orange", "warehouse": "tab:brown", "factory": "tab:blue"}
+GROUP_COLOURS = dict(zip(DIFFICULTIES, ("tab:green", "tab:olive", "tab:orange", "tab:red")))
 
 
 def check_out(out: Path, overwrite: bool) -> None:
@@ -88,7 +91,7 @@ def publish(directory: Path, out: Path) -> None:
 
 
 def write_outputs(directory: Path, info: dict) -> None:
-    """eval_info.json, per_robot.csv and success.png into ``directory``."""
+    """eval_info.json, per_robot.csv, success.png (and success_tasks.png with many tasks) into ``directory``."""
     write_json_atomic(directory / EVAL_INFO, info)
     (directory / EVAL_INFO).chmod(0o644)  # the temporary file it was renamed from is private
     expert = {row["robot_id"]: row for row in info["expert"]["per_robot"]} if "expert" in info else None
@@ -100,6 +103,8 @@ def write_outputs(directory: Path, info: dict) -> None:
             values = [row[c] for c in columns[:6]] + row["ci95"] + [row["n_errors"]]
             writer.writerow(values + ([expert[row["robot_id"]]["pc_success"]] if expert else []))
     plot_success(info, directory / "success.png")
+    if "per_group" in info:
+        plot_task_success(info, directory / "success_tasks.png")
 
 
 def plot_success(info: dict, path: Path) -> None:
@@ -128,6 +133,36 @@ def plot_success(info: dict, path: Path) -> None:
     axes.set_ylabel("success per robot (%)")
     axes.set_xticks(centres, [f"{site}\n{info['per_site'][site]['pc_success']:.1f}%" for site in sites])
     axes.set_title(f"{info['agent']} on {info['task']}: {len(rows)} robots, {info['fleet']['n_episodes']} episodes")
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def plot_task_success(info: dict, path: Path) -> None:
+    """One row per task, easy to very_hard (``per_task``'s order): the success bar with its 95% interval, the
+    expert's success as a mark beside it when compared, and each difficulty group's success in the labels."""
+    tasks = list(info["per_task"])
+    figures = [info["per_task"][task] for task in tasks]
+    rows = range(len(tasks))
+    figure, axes = plt.subplots(figsize=(7.5, 0.22 * len(tasks) + 1.6), dpi=120)
+    successes = [f["pc_success"] for f in figures]
+    whiskers = [[s - f["ci95"][0] for s, f in zip(successes, figures)],
+                [f["ci95"][1] - s for s, f in zip(successes, figures)]]
+    colours = [GROUP_COLOURS.get(difficulty(task), "tab:gray") for task in tasks]
+    axes.barh(rows, successes, xerr=whiskers, color=colours, height=0.7, error_kw={"linewidth": 0.8})
+    if "expert" in info:
+        axes.plot([info["expert"]["per_task"][task]["pc_success"] for task in tasks], rows, "k|", markersize=9,
+                  label="expert")
+    for group, colour in GROUP_COLOURS.items():
+        if group in info["per_group"]:
+            axes.barh([], [], color=colour, label=f"{group.split('/')[-1]} {info['per_group'][group]['pc_success']:.1f}%")
+    axes.set_yticks(list(rows), [task.split("/")[-1] for task in tasks], fontsize=7)
+    axes.invert_yaxis()
+    axes.set_xlim(0, 105)
+    axes.set_xlabel("success per task (%), 95% interval")
+    axes.set_title(f"{info['agent']} on {info['task']}: {len(tasks)} tasks, {info['fleet']['n_episodes']} episodes",
+                   fontsize=9)
     axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     figure.tight_layout()
     figure.savefig(path)

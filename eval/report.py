@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from eval.tasks import DIFFICULTIES, difficulty
+from eval.tasks import DIFFICULTIES, by_difficulty, difficulty
 from sim.fleet import SITES
 
 Z_95 = 1.959963984540054
@@ -55,8 +55,8 @@ def _grouped(records: list[dict], key: str) -> dict:
 
 
 def evaluation_tables(records: list[dict], eval_s: float, episodes_run: int) -> dict:
-    """``per_episode``, ``per_robot``, ``per_site``, ``per_task``, ``fleet`` and lerobot's ``aggregated``; with
-    more than one task, ``per_group`` too.
+    """``per_episode``, ``per_robot``, ``per_site``, ``per_task`` (easy to very_hard, ``eval.tasks.by_difficulty``),
+    ``fleet`` and lerobot's ``aggregated``; with more than one task, ``per_group`` too.
 
     ``eval_s`` is the rollouts' wall time, in which ``episodes_run`` episodes ran (every agent's).
     """
@@ -67,6 +67,7 @@ def evaluation_tables(records: list[dict], eval_s: float, episodes_run: int) -> 
     max_rewards = [r["max_reward"] for r in records if r["max_reward"] is not None]
     fleet = summarise(records)
     per_task = _grouped(records, "task")
+    per_task = {task: per_task[task] for task in by_difficulty(per_task)}
     return {
         "per_episode": records,
         "per_robot": per_robot,

@@ -23,6 +23,12 @@ def difficulty(task: str) -> str | None:
     return _DIFFICULTY.get(task)
 
 
+def by_difficulty(tasks) -> list[str]:
+    """``tasks`` easy to very_hard, by name within a group; tasks in no group after them, by name."""
+    return sorted(tasks, key=lambda task: (DIFFICULTIES.index(group) if (group := difficulty(task)) else
+                                           len(DIFFICULTIES), task))
+
+
 def share_episodes(tasks: list[str], robot_ids: list[int], episodes: int) -> dict[int, tuple[str, int]]:
     """Robot id -> (its task, its number of episodes): each task's ``episodes`` split over the robots that run
     it, the lower ids taking one more where they do not divide. A one-line ``ValueError`` where a task has no

@@ -40,8 +40,10 @@ def test_per_task_and_per_group_figures_from_made_up_episodes():
                + made_up("metaworld/push-v3", "0000000000", 3))
     tables = evaluation_tables(records, eval_s=1.0, episodes_run=len(records))
     counts = {task: (f["n_episodes"], f["n_success"], f["n_errors"]) for task, f in tables["per_task"].items()}
-    assert counts == {"metaworld/peg-insert-side-v3": (4, 3, 1), "metaworld/push-v3": (10, 0, 0),
-                      "metaworld/reach-v3": (10, 9, 0), "metaworld/window-open-v3": (10, 2, 0)}
+    assert counts == {"metaworld/reach-v3": (10, 9, 0), "metaworld/window-open-v3": (10, 2, 0),
+                      "metaworld/peg-insert-side-v3": (4, 3, 1), "metaworld/push-v3": (10, 0, 0)}
+    assert list(counts) == ["metaworld/reach-v3", "metaworld/window-open-v3", "metaworld/peg-insert-side-v3",
+                            "metaworld/push-v3"]  # easy to hard, by name within a group
     groups = tables["per_group"]
     assert list(groups) == ["metaworld/easy", "metaworld/medium", "metaworld/hard"]  # no very_hard task ran
     assert [(g["n_episodes"], g["n_success"], g["pc_success"]) for g in groups.values()] == \
@@ -55,7 +57,7 @@ def test_per_task_and_per_group_figures_from_made_up_episodes():
                                                   "policy_over_expert": 0.75}
     assert compared["task metaworld/push-v3"]["policy_over_expert"] == 0.0
     table = format_task_table({**tables, "expert": expert}).splitlines()
-    assert len(table) == 1 + 4 + 3 and table[1].split()[:3] == ["metaworld/peg-insert-side-v3", "1", "4"]
+    assert len(table) == 1 + 4 + 3 and table[3].split()[:3] == ["metaworld/peg-insert-side-v3", "1", "4"]
     assert table[-1].split()[:5] == ["metaworld/hard", "1", "10", "0.0%", "[0.0,"]
 
     one_task = evaluation_tables(made_up("reach", "10", 0), 1.0, 2)
@@ -140,7 +142,8 @@ def test_the_expert_alone_on_a_group_reports_per_task_and_per_group(tmp_path, ca
     console = capsys.readouterr().out
     info = json.loads((out / "eval_info.json").read_text())
     hard = [task_name(task) for task in GROUPS["metaworld/hard"]]
-    assert sorted(info["per_task"]) == sorted(hard) and info["setup"]["tasks"] == hard
+    assert list(info["per_task"]) == sorted(hard) and info["setup"]["tasks"] == hard
+    assert (out / "success_tasks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert all(figures["n_episodes"] == 2 for figures in info["per_task"].values())
     assert list(info["per_group"]) == ["metaworld/hard"] and info["per_group"]["metaworld/hard"]["n_episodes"] == 12
     assert info["setup"]["positions"] == "fixed" and info["fleet"]["n_robots"] == 8
