@@ -63,7 +63,7 @@ class SideBySideConfig:
     seed: int = field(default=0, metadata={"help": "fleet seed"})
     workers: int = field(default=os.cpu_count() or 1, metadata={"help": "dask workers for collect and evaluate"})
     out: str = field(default=f"runs/{NAME}", metadata={"help": "directory for data, runs, evaluations and logs"})
-    docs: str = field(default="docs/training.md", metadata={"help": "markdown file for the table"})
+    docs: str = field(default="docs/lerobot.md", metadata={"help": "markdown file for the table"})
     results_dir: str = field(default="experiments/results", metadata={"help": f"where {NAME}.json is written"})
 
     def __post_init__(self):

@@ -85,9 +85,9 @@ SECTIONS = [
             "experiments.full_run:section_text", renders=False),  # rows without policy kinds, commands, sites
     Section("full_run_visuomotor", "docs/evaluation.md", "## The recorded full run (visuomotor)",
             "full_run_visuomotor", "experiments.full_run:section_text"),
-    Section("act_side_by_side", "docs/training.md", "## ACT two ways: train/bc.py and lerobot-train, side by side",
+    Section("act_side_by_side", "docs/lerobot.md", "## ACT two ways: train/bc.py and lerobot-train, side by side",
             "act_side_by_side", "experiments.act_side_by_side:section_text", renders=False),  # no lerobot command
-    Section("act_side_by_side_visuomotor", "docs/training.md",
+    Section("act_side_by_side_visuomotor", "docs/lerobot.md",
             "## ACT two ways: train/bc.py and lerobot-train, side by side (visuomotor)", "act_side_by_side_visuomotor",
             "experiments.act_side_by_side:section_text"),
     Section("distillation", "docs/distillation.md", "## The recorded distillation", "distillation",

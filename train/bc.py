@@ -11,7 +11,7 @@ TensorBoard, optional Weights & Biases, RUN/training_curve.png) and writes check
 A run resumes from RUN/checkpoints/last unless --no-resume (from the newest older one
 that loads, with a warning, where that one is broken), so rerunning the same command (or
 torchrun --max-restarts) carries on after a crash or Ctrl-C, from the start of the epoch
-after the checkpoint's. docs/training.md is the guide.
+after the checkpoint's. docs/training.md is the guide; docs/distributed.md covers communication and restarts.
 
 ``run_training`` reads top to bottom: the data (train/data.py), the policy and its DDP
 wrapper, the training state (train/state.py), then ``update`` once a step. Bad input of

@@ -5,7 +5,7 @@ communication. ``Monitor`` (rank 0) writes what the loop reports: a progress lin
 ``RUN/metrics.jsonl``, TensorBoard events in ``RUN/tensorboard``, optionally a Weights &
 Biases run, and ``RUN/training_curve.png`` at the end.
 
-How communication is timed (docs/training.md has the long version). DDP all-reduces
+How communication is timed (docs/distributed.md has the long version). DDP all-reduces
 gradient buckets while the backward pass is still computing, so the time a bucket spends
 on the wire is mostly hidden and would overstate the cost. What the step pays for is
 the *exposed* communication: from the moment the last gradient is computed (a

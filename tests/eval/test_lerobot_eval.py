@@ -88,7 +88,7 @@ def test_env_observations_become_a_lerobot_batch_and_actions_come_back_per_env()
 
 
 def test_the_documented_loop_drives_an_env_with_a_lerobot_policy(tmp_path):
-    """docs/evaluation.md's "Your own loop", on an untrained ACT from state and a 32 x 32 front camera."""
+    """docs/lerobot.md's "Your own loop", on an untrained ACT from state and a 32 x 32 front camera."""
     from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
     path = tmp_path / "act"

@@ -1,4 +1,4 @@
-"""The lerobot-train recipe of docs/evaluation.md runs as written, offline, on CPU (with fewer robots, episodes and
+"""The lerobot-train recipe of docs/lerobot.md runs as written, offline, on CPU (with fewer robots, episodes and
 steps), and its commands are the ones experiments/act_side_by_side.py measured."""
 
 import json
@@ -13,7 +13,7 @@ import pytest
 
 from collect_helpers import REPO, subprocess_env
 
-DOC = REPO / "docs" / "evaluation.md"
+DOC = REPO / "docs" / "lerobot.md"
 MEASURED = REPO / "experiments" / "results" / "act_side_by_side_visuomotor.json"
 SMALLER = {"--robots": 1, "--episodes": 1, "--steps": 2, "--save_freq": 2}  # the recipe's sizes, in the test
 PLACES = ("--dataset.repo_id", "--dataset.root", "--output_dir")  # where the data and the run live
