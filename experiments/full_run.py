@@ -66,11 +66,11 @@ SETTINGS = {  # the defaults of each setting; per-task ones are dicts (a task no
                    "inputs": "proprio+cameras", "cameras": ("front", "wrist"),
                    # pick_place: more data, steps and a weight average than push (0.93 of the expert at 40 x 6000,
                    # 0.948 at 80 x 8000, 0.954 at 160 x 8000); 12000 steps reached no more than 8000
-                   # (docs/evaluation.md)
+                   # (experiments/results/pick_place_demonstrations.json, pick_place_validation.json)
                    "episodes": {"pick_place": 160, "push": 40}, "steps": {"pick_place": 8000, "push": 5000},
                    "ema_decay": {"pick_place": 0.999, "push": 0.0}, "hidden": (256, 256), "batch_size": 64,
                    # LeRobot's act and diffusion train at ~70 and ~47 windows/s on 2 CPU ranks (the cnn: ~300),
-                   # 70 and 49 min on pick_place 50 x 80 (docs/evaluation.md): both still limited by steps
+                   # 70 and 49 min on pick_place 50 x 80 (full_run_visuomotor.json): both still limited by steps
                    "policy_steps": ("act=2000", "diffusion=1000"), "policy_lr": ("act=0.0003", "diffusion=0.0003"),
                    "videos": 3},
 }

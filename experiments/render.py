@@ -85,6 +85,8 @@ SECTIONS = [
             "experiments.full_run:section_text", renders=False),  # rows without policy kinds, commands, sites
     Section("full_run_visuomotor", "docs/evaluation.md", "## The recorded full run (visuomotor)",
             "full_run_visuomotor", "experiments.full_run:section_text"),
+    Section("act_gpu", "docs/evaluation.md", "### act on one GPU: pick_place from cameras, 5000 steps",
+            "act_gpu_pick_place", "experiments.act_gpu_report:section_text"),
     Section("act_side_by_side", "docs/lerobot.md", "## ACT two ways: train/bc.py and lerobot-train, side by side",
             "act_side_by_side", "experiments.act_side_by_side:section_text", renders=False),  # no lerobot command
     Section("act_side_by_side_visuomotor", "docs/lerobot.md",
