@@ -25,12 +25,11 @@ from collect.worker import PROGRESS_TOPIC, Actor, RobotJob, RobotReport, collect
 from core.cluster import dask_client
 from core.files import code_version
 from core.progress import progress_bar
-from dataset.schema import TASK_FEATURES, features_of
+from dataset.schema import TASK_FEATURES, features_of, shared_layout
 from dataset.shard import store_bytes, store_name
 from sim.fleet import RobotProfile, episode_seed, fleet_task, make_fleet
 from sim.rollout import replay_difference
-from sim.metaworld_tasks import GROUPS
-from sim.tasks import TaskSpec, resolve_tasks
+from sim.tasks import TaskSpec, is_group, resolve_tasks
 
 TASK_RETRIES = 2
 
@@ -94,39 +93,42 @@ def _check_deterministic(config: CollectConfig, spec: TaskSpec, env, profile: Ro
     stream = (actor.seed_stream, actor.seed_round) if actor else ("collect", 0)
     seed = episode_seed(config.seed, profile.robot_id, 0, *stream)
     if difference := replay_difference(env, spec.make_expert(profile), seed):
-        shown = spec.name if config.task in GROUPS else config.task
+        shown = spec.name if is_group(config.task) else config.task
         raise ValueError(f"task {shown!r} is not deterministic: two resets with seed {seed} gave a different "
                          f"{difference}; its reset(seed) must fix the episode (docs/sim.md, plug-in tasks; "
                          "collect --no-check-determinism skips this check)")
 
 
 def probe_task(config: CollectConfig, actor: Actor | None = None) -> tuple[list[TaskSpec], list[RobotProfile], dict,
-                                                                           int]:
-    """The tasks, fleet, features and fps of ``config``, from one env of the first robot that runs each task
-    (``sim.fleet.fleet_task``: a group's tasks are shared out over the fleet). Each is a ``ValueError`` first: a
-    group with more tasks than robots, tasks that record different features, and a task that does not make the
-    same first episode twice from one seed (unless ``config.check_determinism`` is off). A multi-task collection
-    also records each frame's task (``dataset.schema.TASK_FEATURES``)."""
+                                                                           int, dict]:
+    """The tasks, fleet, features, fps and tasks' own features of ``config``, from one env of the first robot that
+    runs each task (``sim.fleet.fleet_task``: a group's tasks are shared out over the fleet). Each is a
+    ``ValueError`` first: a group with more tasks than robots, tasks that record different data (other fps, or
+    other features than ``dataset.schema.TASK_OWN_FEATURES``), and a task that does not make the same first episode
+    twice from one seed (unless ``config.check_determinism`` is off). A multi-task collection also records each
+    frame's task (``dataset.schema.TASK_FEATURES``); the features its tasks record in their own shapes are each
+    task's (task -> features, ``dataset.schema.shared_layout``), the features those all share."""
     tasks = resolve_tasks(config.task)
     if len(tasks) > config.robots:
         raise ValueError(f"--task {config.task} has {len(tasks)} tasks and each robot runs one: "
                          f"--robots must be at least {len(tasks)}")
     fleet = make_fleet(config.robots, config.seed)
-    layouts = {}
+    layouts, rates = {}, {}
     for profile in fleet[:len(tasks)]:
         spec = fleet_task(tasks, profile.robot_id)
         probe = spec.make_env(profile, cameras=config.cameras, image_size=config.image_size)
         try:
-            layouts[spec.name] = features_of(probe), int(probe.metadata.get("render_fps", 0))
+            layouts[spec.name], rates[spec.name] = features_of(probe), int(probe.metadata.get("render_fps", 0))
             if config.check_determinism:
                 _check_deterministic(config, spec, probe, profile, actor)
         finally:
             probe.close()
-    features, fps = layouts[tasks[0].name]
-    if other := next((name for name, layout in layouts.items() if layout != (features, fps)), None):
-        raise ValueError(f"the tasks of {config.task} record different data ({tasks[0].name} and {other} differ in "
-                         "their features or fps): one collection holds one layout")
-    return tasks, fleet, {**features, **(TASK_FEATURES if len(tasks) > 1 else {})}, fps
+    fps = rates[tasks[0].name]
+    if other := next((name for name, rate in rates.items() if rate != fps), None):
+        raise ValueError(f"the tasks of {config.task} record at different fps ({tasks[0].name} at {fps}, {other} at "
+                         f"{rates[other]}): one collection holds one fps")
+    features, task_features = shared_layout(layouts)  # in the group's order: robot k < len(tasks) runs tasks[k]
+    return tasks, fleet, {**features, **(TASK_FEATURES if len(tasks) > 1 else {})}, fps, task_features
 
 
 def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None = None,
@@ -140,7 +142,7 @@ def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None 
     ``ValueError`` (unless ``config.check_determinism`` is off). A group of tasks (``metaworld/mt10``) is
     shared out over the fleet, each robot running one of them (``sim.fleet.fleet_task``).
     """
-    tasks, fleet, features, fps = probe_task(config, actor)
+    tasks, fleet, features, fps, task_features = probe_task(config, actor)
     targets = robot_episodes or {profile.robot_id: config.episodes for profile in fleet}
     out = Path(config.out)
     check_output(out, config, features, actor.lineage if actor else None)
@@ -158,17 +160,19 @@ def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None 
     return run_robot_tasks(config, tasks, features, fps, fleet, targets,
                            lambda client: [client.submit(collect_robot_on_worker, job, retries=TASK_RETRIES, pure=False)
                                            for job in jobs],
-                           lineage=actor.lineage if actor else None)
+                           lineage=actor.lineage if actor else None, task_features=task_features)
 
 
 def run_robot_tasks(config: CollectConfig, tasks: list[TaskSpec], features: dict, fps: int, fleet: list[RobotProfile],
                     targets: dict[int, int], submit: Callable[[Client], list], lineage: dict | None = None,
-                    preload: Sequence[str] = ("collect.worker",)) -> CollectionSummary:
+                    preload: Sequence[str] = ("collect.worker",), task_features: dict | None = None
+                    ) -> CollectionSummary:
     """Run the tasks ``submit(client)`` starts (each future gives a ``RobotReport``, or a list of them for the
     robots it wrote) into ``config.out``: the dask client, the progress bar of the ``targets`` (robot id ->
     episodes), the manifest before and after, and the summary. What a collection does whoever acts in it
     (collect's experts, train/fleet's deployments). A local cluster's workers import ``preload`` as they start,
-    before the timing does."""
+    before the timing does. ``task_features`` are the features a group's tasks record each in their own shapes
+    (``probe_task``), which the manifest lists per task."""
     out = Path(config.out)
     reports: list[RobotReport] = []
     entered = time.perf_counter()
@@ -176,7 +180,7 @@ def run_robot_tasks(config: CollectConfig, tasks: list[TaskSpec], features: dict
         started = time.perf_counter()
         settled = {robot_id: count for robot_id, count in create_output(out, config).items() if robot_id in targets}
         progress = _Progress(sum(targets.values()), settled, config.quiet)
-        write_manifest(out, config, tasks, features, fps, fleet, lineage=lineage)
+        write_manifest(out, config, tasks, features, fps, fleet, lineage=lineage, task_features=task_features)
         client.subscribe_topic(PROGRESS_TOPIC, progress.on_event)
         futures = submit(client)
         try:
@@ -187,7 +191,8 @@ def run_robot_tasks(config: CollectConfig, tasks: list[TaskSpec], features: dict
             client.cancel(futures)
             client.unsubscribe_topic(PROGRESS_TOPIC)
             progress.close()
-            write_manifest(out, config, tasks, features, fps, fleet, reports, lineage=lineage)
+            write_manifest(out, config, tasks, features, fps, fleet, reports, lineage=lineage,
+                           task_features=task_features)
         wall_seconds = time.perf_counter() - started
     cluster_seconds = time.perf_counter() - entered - wall_seconds
 

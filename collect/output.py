@@ -62,7 +62,8 @@ def create_output(out: Path, config: CollectConfig) -> dict[int, int]:
 
 
 def write_manifest(out: Path, config: CollectConfig, tasks: list[TaskSpec], features: dict, fps: int,
-                   fleet: list[RobotProfile], reports: Iterable[RobotReport] = (), lineage: dict | None = None) -> None:
+                   fleet: list[RobotProfile], reports: Iterable[RobotReport] = (), lineage: dict | None = None,
+                   task_features: dict | None = None) -> None:
     """(Re)write OUT/manifest.json of a collection from the stores that are on disk now.
 
     ``reports`` of robots whose tasks just finished give their counts without opening
@@ -76,7 +77,8 @@ def write_manifest(out: Path, config: CollectConfig, tasks: list[TaskSpec], feat
     if len(tasks) == 1:
         task = {"name": tasks[0].name, "env_id": tasks[0].env_id, "reference": config.task}
     else:  # a group, shared out over the fleet by sim.fleet.fleet_task; frames record their index in "tasks"
-        task = {"name": config.task, "env_id": None, "reference": config.task, "tasks": [spec.name for spec in tasks]}
+        task = {"name": config.task, "env_id": None, "reference": config.task, "tasks": [spec.name for spec in tasks],
+                **({"features": task_features} if task_features else {})}
     write_store_manifest(out, task=task, fps=fps, features=features,
                          seed=config.seed, data_config=config.data_config(),
                          collect_config={**config.__dict__, "cameras": list(config.cameras)},

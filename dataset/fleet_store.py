@@ -13,7 +13,7 @@ import numpy as np
 import zarr
 
 from dataset.chunks import decode_failure, read_rows
-from dataset.manifest import MANIFEST, read_manifest, read_repair_journal, robot_task
+from dataset.manifest import MANIFEST, read_manifest, read_repair_journal, robot_task, task_features
 from dataset.shard import Shard, committed_count
 from sim.fleet import RobotProfile
 
@@ -116,6 +116,12 @@ class FleetStore:
         if self.manifest is not None:
             return self.manifest["features"]
         return dict(next(iter(self.shards.values())).group.attrs["features"]) if self.shards else {}
+
+    @property
+    def task_features(self) -> dict[str, dict]:
+        """The features a multi-task store's tasks record each in their own shape, per task (absent from
+        ``features``; ``dataset.manifest.task_features``)."""
+        return task_features(self.manifest or {})
 
     def num_episodes_of(self, robot_id: int) -> int:
         return self._shard(robot_id).num_episodes

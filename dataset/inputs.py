@@ -52,16 +52,22 @@ def select_features(names: list[str] | tuple[str, ...], features: dict[str, dict
     return list(dict.fromkeys(names))
 
 
-def select_inputs(inputs: str, features: dict[str, dict]) -> list[str]:
+def select_inputs(inputs: str, features: dict[str, dict], task_features: dict[str, dict] | None = None) -> list[str]:
     """The features ``inputs`` (a key of ``INPUTS``) takes from a store with ``features``: vectors, then cameras.
 
     ``state`` takes whichever of ``STATE_FEATURES`` the store has (plug-in tasks may have only
-    ``observation.state``); the other choices need every feature they name. Raises ValueError,
-    naming the fix, for inputs the store cannot feed.
+    ``observation.state``); the other choices need every feature they name. ``task_features`` are a
+    multi-task store's features that its tasks record each in their own shape (task -> features,
+    ``dataset.manifest.task_features``): one policy cannot read them, so inputs that take one are refused.
+    Raises ValueError, naming the fix, for inputs the store cannot feed.
     """
     if inputs not in INPUTS:
         raise ValueError(f"unknown inputs {inputs!r}; choose from {', '.join(INPUTS)}")
     vectors, takes_cameras = INPUTS[inputs]
+    for name in vectors:
+        if shapes := [f"{task} {own[name]['shape']}" for task, own in (task_features or {}).items() if name in own]:
+            raise ValueError(f"--inputs {inputs} reads {name}, which this store's tasks record in different shapes "
+                             f"({', '.join(shapes)}): one policy of them reads --inputs proprio+cameras")
     cameras = camera_names(features)
     if takes_cameras and not cameras:
         raise ValueError(f"--inputs {inputs} needs camera images and the store has none "

@@ -66,6 +66,17 @@ def robot_task(manifest: dict, robot_id: int) -> str:
     return fleet_task(task["tasks"], robot_id) if task.get("tasks") else task.get("name")
 
 
+def task_features(manifest: dict) -> dict[str, dict]:
+    """A multi-task collection's features that its tasks record each in their own shape: task -> {feature:
+    description} (``dataset.schema.shared_layout``); {} where the tasks share every feature."""
+    return (manifest.get("task") or {}).get("features") or {}
+
+
+def robot_features(manifest: dict, robot_id: int) -> dict:
+    """The features robot ``robot_id``'s store holds: the manifest's, with its task's own where it has any."""
+    return {**manifest.get("features", {}), **task_features(manifest).get(robot_task(manifest, robot_id), {})}
+
+
 def read_repair_journal(directory: Path) -> dict[int, dict]:
     """The robots under repair in DIRECTORY (robot id -> its record, see ``collect/repair.py``); {} when none."""
     path = Path(directory) / REPAIR_DIR / REPAIR_JOURNAL

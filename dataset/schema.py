@@ -38,3 +38,27 @@ def features_of(env: gym.Env) -> dict[str, dict]:
             features[key] = _vector_feature(space, names.get(key))
     features["action"] = _vector_feature(env.action_space, names.get("action"))
     return {**features, **STEP_FEATURES}
+
+# What the tasks of one multi-task collection may record in different shapes: each task's privileged state (its
+# objects' poses and goal), which a policy of those tasks then does not read (dataset.inputs.select_inputs refuses).
+TASK_OWN_FEATURES = ("observation.environment_state",)
+
+
+def shared_layout(layouts: dict[str, dict]) -> tuple[dict, dict[str, dict]]:
+    """A multi-task collection's layout from each task's features (task name -> ``features_of`` its env).
+
+    Returns the features every task records alike (the manifest's ``features``) and, where tasks differ in
+    some of ``TASK_OWN_FEATURES``, each task's own (task -> {feature: its description}; {} where none differ).
+    Each robot store holds its own task's features. Tasks that differ in any other feature are a ``ValueError``.
+    """
+    (first_task, first), *_ = layouts.items()
+    own = [name for name in TASK_OWN_FEATURES if any(features.get(name) != first.get(name)
+                                                     for features in layouts.values())]
+    shared = {name: feature for name, feature in first.items() if name not in own}
+    for task, features in layouts.items():
+        if other := next((name for name in {*features, *shared} - {*own}
+                          if features.get(name) != shared.get(name)), None):
+            raise ValueError(f"the tasks {first_task} and {task} record {other} differently: one collection holds "
+                             f"one layout (only {', '.join(TASK_OWN_FEATURES)} may differ between its tasks)")
+    per_task = {task: {name: features[name] for name in own if name in features} for task, features in layouts.items()}
+    return shared, per_task if own else {}

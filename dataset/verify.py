@@ -38,7 +38,7 @@ from core.errors import one_line
 from core.progress import progress_bar
 from dataset.chunks import chunk_rows, decode_failure, has_checksums, list_keys, may_be_absent, rows_label
 from dataset.fleet_store import FleetStore
-from dataset.manifest import MANIFEST, REPAIR_DIR, robot_task
+from dataset.manifest import MANIFEST, REPAIR_DIR, robot_features, robot_task
 from dataset.shard import (META_FIELDS, SCHEMA_VERSION, Shard, committed_count, run_async, run_concurrently,
                            storage_dtype, store_name)
 from sim.fleet import RobotProfile
@@ -170,7 +170,7 @@ class _ShardCheck:
         if "schema_version" in attrs and attrs["schema_version"] != SCHEMA_VERSION:
             self.report(f"schema version {attrs['schema_version']!r}, expected {SCHEMA_VERSION}")
         features = dict(attrs.get("features", {}))
-        if manifest and features and features != manifest.get("features"):
+        if manifest and features and features != robot_features(manifest, self.shard.robot_id):
             self.report(f"attrs features differ from {MANIFEST}'s")
         for name in ("episode_ends", *META_FIELDS):
             if name not in self.meta:

@@ -38,8 +38,7 @@ from eval.lerobot_policy import LeRobotAgent, describe_lerobot_policy, is_lerobo
 from eval.split import check_robots, describe, split_seed
 from eval.tasks import share_episodes
 from sim.fleet import RobotProfile, make_robot
-from sim.metaworld_tasks import GROUPS
-from sim.tasks import METAWORLD_TASKS, TaskSpec, recorded_task, resolve_task, resolve_tasks
+from sim.tasks import METAWORLD_TASKS, TaskSpec, is_group, recorded_task, resolve_task, resolve_tasks
 from train.checkpoint import Checkpoint, open_checkpoint
 from train.policies.policy import PolicySpec
 
@@ -132,7 +131,7 @@ def _task(config: EvalConfig, checkpoint: Checkpoint | None) -> tuple[str, str, 
         where = f"the checkpoint {checkpoint.path}"
         return (trained_on.get("name"), trained_on.get("name"),
                 [recorded_task(name, None, where) for name in trained_on["tasks"]], True)
-    if checkpoint is None and config.task in GROUPS:  # the expert alone on a group
+    if checkpoint is None and is_group(config.task):  # the expert alone on a group
         return config.task, config.task, resolve_tasks(config.task), True
     reference = config.task or trained_on.get("reference") or trained_on.get("name")
     if reference is None:

@@ -12,7 +12,8 @@ without editing this package, in either of two ways:
 Wherever the user names a task, ``resolve_task`` accepts a short name (``pick_place``),
 a registered env id (``robofleet/PickPlace-v0``), a Meta-World task (``metaworld/pick-place-v3``,
 sim/metaworld_tasks.py), an entry-point name, or a ``module:attr`` reference. Where a command
-takes many tasks, ``resolve_tasks`` also accepts a group (``metaworld/mt10``, ``metaworld/easy``).
+takes many tasks, ``resolve_tasks`` also accepts a group (``TASK_GROUPS``): ``robofleet/all`` (the four
+built-in tasks) or a Meta-World group (``metaworld/mt10``, ``metaworld/easy``).
 
 **Files name tasks; only the user imports code.** A checkpoint, a store manifest or an
 export records the task it was made on, and a file can say anything: a ``module:attr``
@@ -92,6 +93,17 @@ BUILTIN_TASKS: dict[str, TaskSpec] = {
 METAWORLD_TASKS: dict[str, TaskSpec] = {
     task_name(task): TaskSpec(task_name(task), task_name(task), partial(MetaWorldExpert, task)) for task in TASK_INDEX
 }
+# Every group a command that takes many tasks accepts (group name -> its tasks' names, in the order their
+# task_index counts them): the built-in tasks' own, then Meta-World's (sim/metaworld_tasks.py).
+TASK_GROUPS: dict[str, tuple[str, ...]] = {
+    "robofleet/all": tuple(BUILTIN_TASKS),
+    **{group: tuple(map(task_name, tasks)) for group, tasks in GROUPS.items()},
+}
+
+
+def is_group(name: object) -> bool:
+    """Whether ``name`` is a group of tasks (a key of ``TASK_GROUPS``)."""
+    return isinstance(name, str) and name in TASK_GROUPS
 
 
 def _load_reference(reference: str) -> TaskSpec:
@@ -139,7 +151,7 @@ def recorded_task(reference: str, given: str | None, where: str) -> TaskSpec:
 
 def recorded_tasks(reference: str, given: str | None, where: str) -> list[TaskSpec]:
     """``recorded_task`` for a file that may name a group (a multi-task collection's manifest): its tasks."""
-    return resolve_tasks(reference) if reference in GROUPS else [recorded_task(reference, given, where)]
+    return resolve_tasks(reference) if is_group(reference) else [recorded_task(reference, given, where)]
 
 
 def resolve_task(name: str | TaskSpec) -> TaskSpec:
@@ -151,9 +163,9 @@ def resolve_task(name: str | TaskSpec) -> TaskSpec:
         return BUILTIN_TASKS[name]
     if name in METAWORLD_TASKS:
         return METAWORLD_TASKS[name]
-    if name in GROUPS:
-        raise ValueError(f"{name!r} is a group of {len(GROUPS[name])} tasks and this takes one task; "
-                         f"name one of them, e.g. {task_name(GROUPS[name][0])}")
+    if is_group(name):
+        raise ValueError(f"{name!r} is a group of {len(TASK_GROUPS[name])} tasks and this takes one task; "
+                         f"name one of them, e.g. {TASK_GROUPS[name][0]}")
     if name.startswith(f"{FAMILY}/"):
         raise ValueError(f"unknown Meta-World task {name!r}{_did_you_mean(name)}; "
                          f"name an MT50 task (e.g. metaworld/pick-place-v3) or a group ({', '.join(GROUPS)})")
@@ -170,15 +182,15 @@ def resolve_task(name: str | TaskSpec) -> TaskSpec:
         return _load_reference(name)
     raise ValueError(
         f"unknown task {name!r}; choose from {', '.join(sorted({*BUILTIN_TASKS, *plugins}))}, a Meta-World task "
-        "or group (metaworld/pick-place-v3, metaworld/mt10, ...) or give a module:attr reference"
+        "(metaworld/pick-place-v3, ...), a group (robofleet/all, metaworld/mt10, ...) or give a module:attr reference"
     )
 
 
 def resolve_tasks(name: str | TaskSpec) -> list[TaskSpec]:
-    """The tasks a name stands for: a group's (``metaworld/mt10``), in its order, or the one task that
-    ``resolve_task`` resolves."""
-    if isinstance(name, str) and name in GROUPS:
-        return [METAWORLD_TASKS[task_name(task)] for task in GROUPS[name]]
+    """The tasks a name stands for: a group's (``robofleet/all``, ``metaworld/mt10``), in its order, or the one
+    task that ``resolve_task`` resolves."""
+    if is_group(name):
+        return [resolve_task(task) for task in TASK_GROUPS[name]]
     return [resolve_task(name)]
 
 

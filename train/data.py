@@ -24,6 +24,7 @@ from dataset.windows import FleetWindowDataset, WindowSpec
 from train.config import DataConfig, TrainConfig
 from train.fed.federated_config import FederatedConfig
 from train.identity import data_identity, store_tasks
+from train.policies.options import PolicyOptions
 from train.policies.policy import PolicySpec, policy_spec
 
 NAMED = 5  # missing stores named in a message; the rest are counted
@@ -143,6 +144,12 @@ def selected_episodes(store: FleetStore, options: DataConfig) -> list[EpisodeRef
                            per_robot=options.episodes_per_robot or None)
 
 
+def store_policy_spec(options: PolicyOptions, store: FleetStore) -> PolicySpec:
+    """The spec of ``options.policy`` on ``store``: its features, and on a multi-task store its task list (the
+    one-hot) and the features its tasks record each in their own shape (which no input may read)."""
+    return policy_spec(options, store.features, len(store_tasks(store)), store.task_features)
+
+
 def training_data(config: TrainConfig, labeller: Labeller, master: bool) -> TrainingData:
     """The store, episodes, policy spec and loaders of a train/bc.py run; a one-line ``ValueError`` (or
     ``DataError``) where the data cannot be trained on or the policy's options do not fit it."""
@@ -157,7 +164,7 @@ def training_data(config: TrainConfig, labeller: Labeller, master: bool) -> Trai
         raise ValueError(f"no successful episodes in {options.data} match --robots {options.robots} "
                          f"--sites {options.sites}")
     # the policy's inputs (--inputs): which features it sees, and on a multi-task store its task
-    spec = policy_spec(config.policy, store.features, len(store_tasks(store)))
+    spec = store_policy_spec(config.policy, store)
     # the frames are read once, for both loaders; too few windows for the batch or the ranks is a ValueError
     windows = FleetWindowDataset([store, *labeller.stores], train_episodes + val_episodes, labeller.window(spec),
                                  mode=options.mode)

@@ -54,10 +54,9 @@ from train.bc import join_process_group, one_line_errors, run_training
 from train.checkpoint import load_policy
 from train.config import TrainConfig, plugin_task_option
 from train.dagger import collect_round, round_directory
-from train.data import open_training_store
-from train.identity import store_tasks
+from train.data import open_training_store, store_policy_spec
 from train.policies.options import PolicyOptions
-from train.policies.policy import Policy, PolicySpec, make_policy, policy_spec
+from train.policies.policy import Policy, PolicySpec, make_policy
 from train.state import check_resumable
 
 ROUND_TIMEOUT = timedelta(hours=2)  # how long the other ranks wait for rank 0's DAgger rollouts
@@ -207,7 +206,7 @@ def run_distillation(config: DistillConfig) -> None:
     teacher = load_teacher(config, store)
     check_resumable(config, store)
     try:
-        student = policy_spec(config.policy, store.features, len(store_tasks(store)))
+        student = store_policy_spec(config.policy, store)
     except ValueError as error:
         fail(str(error))
     if master:

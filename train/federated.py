@@ -55,14 +55,14 @@ from dataset.episodes import select_episodes
 from dataset.stats import fleet_stats
 from train.checkpoint import Checkpoint, latest_checkpoint, newest_intact_checkpoint, rng_state
 from train.comm.compression import decode_update, payload_bytes
-from train.data import open_training_store
+from train.data import open_training_store, store_policy_spec
 from train.fed.fedavg import (ClientJob, ClientUpdate, State, average_states, flatten, shared_keys, train_client,
                               unflatten, weighted_average)
 from train.fed.federated_config import FederatedConfig
 from train.fed.rounds import RoundResult, run_clients, sample_clients
-from train.identity import collections_trained_on, data_changes, data_identity, store_tasks
+from train.identity import collections_trained_on, data_changes, data_identity
 from train.monitor import keep_records
-from train.policies.policy import PolicySpec, make_policy, policy_spec
+from train.policies.policy import PolicySpec, make_policy
 from train.schedule import learning_rate_factor
 from train.threads import ThreadShare
 
@@ -309,7 +309,7 @@ def run_federated(config: FederatedConfig, train: Callable[[ClientJob, np.ndarra
     if not robots:
         fail(f"no successful episodes in {config.data} match --robots {config.robots} --sites {config.sites}")
     try:
-        server = Server(config, store, policy_spec(config, store.features, len(store_tasks(store))), stats, robots,
+        server = Server(config, store, store_policy_spec(config, store), stats, robots,
                         data_identity(store, episodes))
     except (ValueError, NotImplementedError) as error:
         fail(str(error))

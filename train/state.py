@@ -20,9 +20,9 @@ from core.errors import warn
 from dataset import FleetStore
 from train.checkpoint import Checkpoint, newest_intact_checkpoint, restore_rng_state, rng_state
 from train.config import OptimConfig, TrainConfig, flat_options
-from train.data import selected_episodes
-from train.identity import check_resume, data_identity, store_tasks
-from train.policies.policy import Policy, PolicySpec, changed_spec_fields, policy_spec
+from train.data import selected_episodes, store_policy_spec
+from train.identity import check_resume, data_identity
+from train.policies.policy import Policy, PolicySpec, changed_spec_fields
 from train.schedule import Schedule, adamw, scaled_learning_rate
 
 
@@ -114,7 +114,7 @@ def check_resumable(config: TrainConfig, store: FleetStore) -> None:
     (if any) has an intact checkpoint with its resume state, and it can carry on with ``config`` on ``store``.
     A one-line ``ValueError`` otherwise (train/fleet_learn.py and train/distill.py deploy and roll out
     before they train: a refusal must come first)."""
-    resume_from(config, policy_spec(config.policy, store.features, len(store_tasks(store))),
+    resume_from(config, store_policy_spec(config.policy, store),
                 data_identity(store, selected_episodes(store, config.data)), quiet=True)
 
 

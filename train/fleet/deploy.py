@@ -251,7 +251,7 @@ def deploy_round(config: CollectConfig, checkpoint: str, round: int, help: Help,
     expert steps in all. Resumable; a finished round is a no-op."""
     lineage = {**lineage, "round": round, "mode": help.mode, "help_steps": help_steps, **asdict(help)}
     actor = Actor(resolve_task(config.task).make_expert, seed_stream="fleet", seed_round=round, lineage=lineage)
-    tasks, fleet, features, fps = probe_task(config, actor)
+    tasks, fleet, features, fps, _ = probe_task(config, actor)  # one task, whose features are all shared
     spec = tasks[0]  # one task: resolve_task above refuses a group
     described = open_checkpoint(checkpoint)
     if (trained := (described.task or {}).get("name")) != spec.name:

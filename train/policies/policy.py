@@ -331,9 +331,11 @@ def policy_class(kind: str) -> type[Policy]:
     return getattr(importlib.import_module(module), name)
 
 
-def policy_spec(options: PolicyOptions, store_features: dict[str, dict], task_count: int = 0) -> PolicySpec:
+def policy_spec(options: PolicyOptions, store_features: dict[str, dict], task_count: int = 0,
+                task_features: dict[str, dict] | None = None) -> PolicySpec:
     """The spec of ``options.policy`` on a store with ``store_features`` and ``task_count`` tasks
-    (0 for a single-task store; more: ``task_index`` is an input too).
+    (0 for a single-task store; more: ``task_index`` is an input too), whose tasks record ``task_features``
+    each in their own shape (``FleetStore.task_features``; inputs that read one are refused).
 
     ``options.inputs`` picks the features (``INPUTS``; ``auto``: ``proprio+cameras`` for
     cnn, and for act and diffusion on a store with cameras, else ``state``; the features through
@@ -353,7 +355,7 @@ def policy_spec(options: PolicyOptions, store_features: dict[str, dict], task_co
         raise ValueError(f"the {options.policy} policy needs camera images, which --inputs {inputs} leaves out "
                          "(use --inputs proprio+cameras)")
     features = {name: _model_shape(name, store_features[name]["shape"])
-                for name in select_inputs(inputs, store_features)}
+                for name in select_inputs(inputs, store_features, task_features)}
     if task_count:  # the task's one-hot goes beside the state (Policy.normalised)
         if PROPRIO_FEATURE not in features:
             raise ValueError(f"a policy of many tasks reads its task beside {PROPRIO_FEATURE}, which --inputs "
