@@ -1,9 +1,11 @@
 """Running ``train/bc.py`` as users do: one process, or ranks under torchrun."""
 
+import io
 import json
 import re
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 
 from collect_helpers import REPO, subprocess_env
 
@@ -31,6 +33,22 @@ def train(*arguments, ranks: int = 1, script: str = "bc.py") -> subprocess.Compl
     """``train/SCRIPT`` (bc.py, distill.py) with ``QUICK``'s settings and ``arguments``, run to the end."""
     return subprocess.run(train_command(*arguments, ranks=ranks, script=script), capture_output=True, text=True,
                           env=train_env(), cwd=REPO, timeout=600)
+
+
+def train_here(*arguments) -> subprocess.CompletedProcess:
+    """``train/bc.py``'s ``main`` in this process with ``QUICK``'s settings: what ``train`` returns, without
+    starting a process (the engine's behaviour, such as a resume or a refusal, needs no process boundary)."""
+    from train.bc import main  # here: the helpers that only start processes never import torch
+
+    argv = [*QUICK, *map(str, arguments)]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with redirect_stdout(stdout), redirect_stderr(stderr):
+        try:
+            main(argv)
+            code = 0
+        except SystemExit as exit_info:
+            code = exit_info.code
+    return subprocess.CompletedProcess(argv, code, stdout.getvalue(), stderr.getvalue())
 
 
 def metrics(run) -> list[dict]:

@@ -14,46 +14,58 @@ from train.checkpoint import latest_checkpoint, load_policy, open_checkpoint
 from collect_helpers import REPO, default_sigint, interrupt
 from fault_helpers import assert_one_line, exit_code_of
 from train.bc import main as bc_main
-from train_helpers import QUICK, metrics, summary, train, train_command, train_env
+from train_helpers import QUICK, metrics, summary, train, train_command, train_env, train_here
 
 
 @pytest.mark.slow
-def test_one_process_learns_checkpoints_and_resumes_where_it_stopped(pick_place_fleet, tmp_path):
-    run = tmp_path / "run"
-    first = train("--data", pick_place_fleet, "--out", run, "--max-steps", "40")
-    assert first.returncode == 0, first.stderr[-3000:]
-    losses = [r["loss"] for r in metrics(run) if "loss" in r]
-    assert losses[-1] < 0.7 * losses[0], losses  # it learns
-    assert json.loads((run / "config.json").read_text())["config"]["optim"]["max_steps"] == 40
-    assert open_checkpoint(run).step == 40
+def test_one_process_records_its_options_and_checkpoints_its_last_step(trained_run):
+    """conftest's ``trained_run``: 20 steps of bc.py as users run it (a process)."""
+    assert json.loads((trained_run / "config.json").read_text())["config"]["optim"]["max_steps"] == 20
+    assert open_checkpoint(trained_run).step == 20
 
-    second = train("--data", pick_place_fleet, "--out", run, "--max-steps", "60")
-    assert second.returncode == 0 and "resumed from step 40" in second.stdout
-    ended = summary(second)  # its last line: what it trained, how fast, how well, and where the checkpoint is
-    validation = [(r["val_loss"], r["step"]) for r in metrics(run) if "val_loss" in r]
-    assert (ended["steps"], ended["to"], ended["checkpoint"]) == ("20", "60", str(run / "checkpoints" / "last"))
+
+@pytest.mark.slow
+def test_more_steps_resume_where_the_run_stopped_and_keep_the_newest_3_checkpoints(pick_place_fleet, run_copy):
+    """A run of 20 steps carried on to 40, in this process; its last line sums up what it trained."""
+    resumed = train_here("--data", pick_place_fleet, "--out", run_copy, "--max-steps", "40")
+    assert resumed.returncode == 0 and "resumed from step 20" in resumed.stdout, resumed.stderr[-3000:]
+    losses = [r["loss"] for r in metrics(run_copy) if "loss" in r]
+    assert losses[-1] < 0.7 * losses[0], losses  # it learns, over the 40 steps that led to the checkpoint
+    ended = summary(resumed)  # its last line: what it trained, how fast, how well, and where the checkpoint is
+    validation = [(r["val_loss"], r["step"]) for r in metrics(run_copy) if "val_loss" in r]
+    assert (ended["steps"], ended["to"], ended["checkpoint"]) == ("20", "40", str(run_copy / "checkpoints" / "last"))
     assert float(ended["seconds"]) > 0 and int(ended["samples"].replace(",", "")) > 0 and ended["images"] is None
     assert (float(ended["best"]), int(ended["best_step"])) == pytest.approx(min(validation), rel=1e-3)
     assert float(ended["last"]) == pytest.approx(validation[-1][0], rel=1e-3)
-    steps = [r["step"] for r in metrics(run) if "loss" in r]
-    assert steps == sorted(steps) and steps[-1] == 60 and steps.count(40) == 1
-    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == \
-        ["step_00000040", "step_00000050", "step_00000060"]  # the newest 3 are kept
+    steps = [r["step"] for r in metrics(run_copy) if "loss" in r]
+    assert steps == sorted(steps) and steps[-1] == 40 and steps.count(20) == 1
+    assert open_checkpoint(run_copy).step == 40
+    assert sorted(p.name for p in (run_copy / "checkpoints").glob("step_*")) == \
+        ["step_00000020", "step_00000030", "step_00000040"]  # the newest 3 are kept
 
-    other_head = train("--data", pick_place_fleet, "--out", run, "--max-steps", "70", "--action-modes", "2")
-    assert other_head.returncode != 0 and other_head.stderr.strip().count("\n") == 0, other_head.stderr[-3000:]
-    assert "action_modes: 1 -> 2" in other_head.stderr and "--no-resume" in other_head.stderr
-    assert open_checkpoint(run).step == 60  # refused before anything was written
 
-    records = metrics(run)
-    again = train("--data", pick_place_fleet, "--out", run, "--max-steps", "60")  # already there: nothing to do
-    assert again.returncode == 0 and "nothing to do" in again.stdout and metrics(run) == records
+@pytest.mark.slow
+def test_a_resume_with_another_policy_head_is_refused_before_anything_is_written(pick_place_fleet, run_copy):
+    other_head = train_here("--data", pick_place_fleet, "--out", run_copy, "--max-steps", "30",
+                            "--action-modes", "2")
+    assert other_head.returncode == 2
+    assert_one_line(other_head.stderr, "action_modes: 1 -> 2", "--no-resume")
+    assert open_checkpoint(run_copy).step == 20
 
-    afresh = train("--data", pick_place_fleet, "--out", run, "--max-steps", "20", "--no-resume")
-    assert afresh.returncode == 0 and open_checkpoint(run).step == 20
-    assert sorted(p.name for p in (run / "checkpoints").glob("step_*")) == \
-        ["step_00000010", "step_00000020"]  # the abandoned run's later steps are gone
-    assert [r["step"] for r in metrics(run)][-1] == 20
+
+@pytest.mark.slow
+def test_a_run_already_at_its_max_steps_has_nothing_to_do(pick_place_fleet, run_copy):
+    records = metrics(run_copy)
+    again = train_here("--data", pick_place_fleet, "--out", run_copy, "--max-steps", "20")
+    assert again.returncode == 0 and "nothing to do" in again.stdout and metrics(run_copy) == records
+
+
+@pytest.mark.slow
+def test_no_resume_starts_afresh_and_drops_the_abandoned_runs_later_steps(pick_place_fleet, run_copy):
+    afresh = train_here("--data", pick_place_fleet, "--out", run_copy, "--max-steps", "10", "--no-resume")
+    assert afresh.returncode == 0 and open_checkpoint(run_copy).step == 10, afresh.stderr[-3000:]
+    assert sorted(p.name for p in (run_copy / "checkpoints").glob("step_*")) == ["step_00000010"]
+    assert [r["step"] for r in metrics(run_copy)][-1] == 10
 
 
 @pytest.mark.slow
@@ -72,7 +84,7 @@ def test_ctrl_c_keeps_the_last_checkpoint_says_so_in_one_line_and_a_rerun_resume
     assert not list((run / "checkpoints").glob(".*.tmp"))  # nothing half-written
 
     step = open_checkpoint(kept).step
-    rerun = train("--data", pick_place_fleet, "--out", run, "--max-steps", str(step + 10))
+    rerun = train_here("--data", pick_place_fleet, "--out", run, "--max-steps", str(step + 10))
     assert rerun.returncode == 0 and f"resumed from step {step}" in rerun.stdout
     assert open_checkpoint(run).step == step + 10
 
@@ -93,17 +105,32 @@ def test_a_checkpoint_is_all_evaluation_needs(trained_run):
     assert np.stack(actions).shape == (10, 5) and np.isfinite(actions).all()
 
 
+# Each step sees the same 64 windows: 1 rank x 64, 1 rank x 32 x 2 micro-steps, 2 ranks x 32. With horizon 1
+# no action is padding, so every micro-batch loss is a plain mean and the three gradients are equal up to float
+# rounding; after 4 Adam steps the weights agree to 1e-5 (the steps are ~3e-3). 4 steps x 64 stay inside the
+# first epoch.
+ONE_EPOCH_OF_EQUAL_STEPS = ["--max-steps", "4", "--val-fraction", "0", "--grad-clip", "0", "--horizon", "1",
+                            "--n-action-steps", "1"]
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(pick_place_fleet, tmp_path_factory):
+    """torchrun with 2 ranks of batch 32 (ONE_EPOCH_OF_EQUAL_STEPS): the one torchrun job of this file. Read-only."""
+    run = tmp_path_factory.mktemp("ddp") / "run"
+    completed = train("--data", pick_place_fleet, "--out", run, *ONE_EPOCH_OF_EQUAL_STEPS, "--batch-size", "32",
+                      ranks=2)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return run
+
+
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_two_torchrun_ranks_end_with_identical_weights(pick_place_fleet, tmp_path):
-    run = tmp_path / "ddp"
-    completed = train("--data", pick_place_fleet, "--out", run, "--max-steps", "20", ranks=2)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    assert "2 rank(s)" in completed.stdout
-    assert metrics(run)[-1] == {"step": 20, "ranks_in_sync": True, "world_size": 2}
+def test_two_torchrun_ranks_end_with_identical_weights(two_rank_run):
+    config = json.loads((two_rank_run / "config.json").read_text())
+    assert config["world_size"] == 2 and config["effective_batch"] == 64
+    assert metrics(two_rank_run)[-1] == {"step": 4, "ranks_in_sync": True, "world_size": 2}
     # the default comm hook between CPU ranks on one host is our shared-memory one, and the saved config says so
-    assert "comm hook shm" in completed.stdout
-    assert json.loads((run / "config.json").read_text())["config"]["ddp"]["comm_hook"] == "shm"
+    assert config["config"]["ddp"]["comm_hook"] == "shm"
 
 
 @pytest.mark.parametrize("arguments, message", [
@@ -144,32 +171,26 @@ def final_weights(run) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_accumulation_and_ranks_match_one_large_batch(pick_place_fleet, tmp_path):
-    """Each step sees the same 64 windows: 1 rank x 64, 1 rank x 32 x 2 micro-steps, 2 ranks x 32.
-
-    With horizon 1 no action is padding, so every micro-batch loss is a plain mean and
-    the three gradients are equal up to float rounding; after 4 Adam steps the weights
-    agree to 1e-5 (the steps are ~3e-3). 4 steps x 64 stay inside the first epoch.
-    """
-    common = ["--data", pick_place_fleet, "--max-steps", "4", "--val-fraction", "0", "--grad-clip", "0",
-              "--horizon", "1", "--n-action-steps", "1"]
-    runs = {"large": tmp_path / "large", "accumulated": tmp_path / "accumulated", "ranks": tmp_path / "ranks"}
-    assert train(*common, "--out", runs["large"], "--batch-size", "64").returncode == 0
-    accumulated = train(*common, "--out", runs["accumulated"], "--batch-size", "32", "--grad-accum", "2")
-    assert accumulated.returncode == 0 and "= 64 windows per step" in accumulated.stdout
-    assert train(*common, "--out", runs["ranks"], "--batch-size", "32", ranks=2).returncode == 0
-    large = final_weights(runs["large"])
-    for name in ("accumulated", "ranks"):
-        other = final_weights(runs[name])
-        for key, value in large.items():
+def test_accumulation_and_ranks_match_one_large_batch(pick_place_fleet, two_rank_run, tmp_path):
+    """1 rank x 64, 1 rank x 32 x 2 micro-steps (both in this process) and ``two_rank_run``'s 2 ranks x 32 end
+    with the same weights (see ONE_EPOCH_OF_EQUAL_STEPS)."""
+    large, accumulated = tmp_path / "large", tmp_path / "accumulated"
+    common = ["--data", pick_place_fleet, *ONE_EPOCH_OF_EQUAL_STEPS]
+    assert train_here(*common, "--out", large, "--batch-size", "64").returncode == 0
+    assert train_here(*common, "--out", accumulated, "--batch-size", "32", "--grad-accum", "2").returncode == 0
+    assert json.loads((accumulated / "config.json").read_text())["effective_batch"] == 64
+    expected = final_weights(large)
+    for name, run in (("accumulated", accumulated), ("ranks", two_rank_run)):
+        other = final_weights(run)
+        for key, value in expected.items():
             np.testing.assert_allclose(other[key].numpy(), value.numpy(), atol=1e-5, err_msg=f"{name} {key}")
 
 
 @pytest.mark.slow
 def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_checkpoint(pick_place_fleet, tmp_path):
     run = tmp_path / "run"
-    completed = train("--data", pick_place_fleet, "--out", run, "--max-steps", "50", "--lr", "1e30",
-                      "--checkpoint-interval", "1", "--warmup-steps", "1")
+    completed = train_here("--data", pick_place_fleet, "--out", run, "--max-steps", "50", "--lr", "1e30",
+                           "--checkpoint-interval", "1", "--warmup-steps", "1")
     assert completed.returncode == 3, completed.stderr[-2000:]
     assert "not finite" in completed.stderr and completed.stderr.strip().count("\n") == 0
     checkpoint = open_checkpoint(latest_checkpoint(run))  # intact: it loads
@@ -243,8 +264,8 @@ def test_ema_weights_are_what_evaluation_loads_and_a_resume_restores_both(pick_p
     """
     run = tmp_path / "run"
     common = ["--data", pick_place_fleet, "--out", run, "--ema-decay", "0.9", "--checkpoint-interval", "1"]
-    assert train(*common, "--max-steps", "10").returncode == 0
-    resumed = train(*common, "--max-steps", "11")
+    assert train_here(*common, "--max-steps", "10").returncode == 0
+    resumed = train_here(*common, "--max-steps", "11")
     assert resumed.returncode == 0 and "resumed from step 10" in resumed.stdout
     before, after = (open_checkpoint(run / "checkpoints" / f"step_{step:08d}", training=True) for step in (10, 11))
     assert after.training["ema"]["updates"] == 11 and after.training["ema"]["decay"] == 0.9
