@@ -46,7 +46,8 @@ def section_text(result: dict) -> str:
          "; ".join(f"{camera} {check['mean_abs']:.1f}, {check['share_over_2_levels']:.0%}"
                    for camera, check in renders.items())),
     ]
-    table = ["| | where | figure |", "|---|---|---|", *(f"| {what} | {where} | {figure} |" for what, where, figure in rows)]
+    table = ["| | where | figure |", "|---|---|---|",
+             *(f"| {what} | {where} | {figure} |" for what, where, figure in rows)]
     commands = "\n".join([*trained["commands"], evaluated["command"]])
     return (f"Trained {trained['date']} on the GPU machine, {trained['device']}, code {trained['code_version']}; "
             f"evaluated on the CPU machine, {evaluated['device']}, code {evaluated['code_version']}. The commands:"

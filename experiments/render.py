@@ -5,8 +5,9 @@
 
 A section is the text between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` in a doc. ``SECTIONS`` maps each
 to its doc, its heading, its results file and the function of that file's content that renders it: the function
-the experiment script calls when it finishes (``write``), so a section is written one way. The README's speed
-figures render from benchmarks/results/ (``benchmarks.figures``), the rest from experiments/results/.
+the experiment script calls when it finishes (``write``), so a section is written one way. The speed figures of
+the README and docs/performance.md render from benchmarks/results/ (``benchmarks.figures``), the rest from
+experiments/results/.
 A recorded run's page, experiments/runs/NAME.md, is a section of its own (render creates a missing page): each
 fleet-learning run's (results ``fleet_learning*``) and each ROHE sweep's; experiments/runs/README.md lists the
 fleet-learning runs, a section rendered from all their results files.
@@ -80,6 +81,11 @@ def _benchmark(name: str, results: str, render: str) -> Section:
     return _readme(f"readme_{name}", results, f"benchmarks.figures:{render}", BENCHMARK_RESULTS)
 
 
+def _performance(name: str, results: str, render: str, inline: bool = True) -> Section:
+    return Section(f"performance_{name}", "docs/performance.md", "", results, f"benchmarks.figures:{render}",
+                   inline=inline, folder=BENCHMARK_RESULTS)
+
+
 SECTIONS = [
     Section("full_run", "docs/evaluation.md", "## The recorded full run", "full_run",
             "experiments.full_run:section_text", renders=False),  # rows without policy kinds, commands, sites
@@ -136,6 +142,23 @@ SECTIONS = [
     _benchmark("gpu_paths", "gpu_paths", "gpu_paths_text"),
     _benchmark("deploy_speed", "deploy_speed", "deploy_text"),
     _benchmark("eval_speed", "eval_speed", "eval_text"),
+    _performance("sim_speed", "sim_speed", "sim_text"),
+    _performance("collect_speed", "collect_speed", "collect_text"),
+    _performance("collect_lost", "collect_speed", "collect_lost_text"),
+    _performance("collect_speed_cameras", "collect_speed_cameras", "collect_text"),
+    _performance("loader_table", "loader_speed", "loader_table", inline=False),
+    _performance("loader_image", "loader_speed_image", "loader_image_text"),
+    _performance("train_speed", "train_speed", "train_text"),
+    _performance("train_detail", "train_speed", "train_detail_text"),
+    _performance("gloo", "gloo_latency", "gloo_text"),
+    _performance("threads", "train_speed_threads", "threads_text"),
+    _performance("image", "train_speed_image", "image_text"),
+    _performance("image_detail", "train_speed_image", "image_detail_text"),
+    _performance("act_vs_lerobot", "act_vs_lerobot", "act_text"),
+    _performance("act_vs_lerobot_gpu", "act_vs_lerobot_gpu", "act_text"),
+    _performance("gpu_paths", "gpu_paths", "gpu_paths_text"),
+    _performance("gpu_train", "train_speed_gpu", "gpu_train_text"),
+    _performance("eval_speed", "eval_speed", "eval_detail_text"),
     Section("goals_deploy_speed", "docs/fleet_learning.md", "", "deploy_speed", "benchmarks.figures:deploy_text",
             inline=True, folder=BENCHMARK_RESULTS),
 ]
