@@ -1,5 +1,7 @@
 """A run knows what it was trained on: resuming on other data or options is refused in one line, or applied
-and said, before anything is written; an error that a torchrun restart cannot fix ends the job after one attempt."""
+and said, before anything is written; an error that a torchrun restart cannot fix ends the job after one attempt.
+
+The resumes run bc.py's main in this process (``train_here``): ``check_resume`` needs no process boundary."""
 
 import json
 import shutil
@@ -13,7 +15,7 @@ from train.restarts import RECORD
 from collect_helpers import REPO
 from fault_helpers import assert_one_line, file_tree, truncate
 from fleet_helpers import fleet_learn
-from train_helpers import metrics, train, train_command, train_env
+from train_helpers import metrics, train_command, train_env, train_here
 
 
 def refusal(completed) -> str:
@@ -32,19 +34,25 @@ def test_the_checkpoint_records_the_data_it_was_trained_on(trained_run):
 
 @pytest.mark.slow
 def test_resuming_on_another_task_is_refused(run_copy, camera_fleet):
-    stderr = refusal(train("--data", camera_fleet, "--out", run_copy, "--max-steps", "30"))
+    stderr = refusal(train_here("--data", camera_fleet, "--out", run_copy, "--max-steps", "30"))
     assert f"cannot resume {run_copy}: it was trained on task pick_place, not reach" in stderr
     assert open_checkpoint(run_copy).step == 20  # nothing was written
 
 
+OTHER_ROBOTS = ["--robots", "0", "1", "--max-steps", "30"]  # 2 of the 3 robots trained_run was trained on
+
+
 @pytest.mark.slow
-def test_other_data_of_the_same_task_is_refused_unless_allowed(run_copy, pick_place_fleet):
-    other = ["--data", pick_place_fleet, "--out", run_copy, "--robots", "0", "1", "--max-steps", "30"]
-    stderr = refusal(train(*other))
+def test_other_data_of_the_same_task_is_refused(run_copy, pick_place_fleet):
+    stderr = refusal(train_here("--data", pick_place_fleet, "--out", run_copy, *OTHER_ROBOTS))
     assert "it was trained on other data (sites ['factory', 'office', 'warehouse'] -> " in stderr
     assert "episodes: 9 episodes of 3 robots -> 6 episodes of 2 robots" in stderr and "--allow-new-data" in stderr
+    assert open_checkpoint(run_copy).step == 20  # nothing was written
 
-    allowed = train(*other, "--allow-new-data")
+
+@pytest.mark.slow
+def test_other_data_of_the_same_task_is_allowed_and_said_and_keeps_the_normalisation(run_copy, pick_place_fleet):
+    allowed = train_here("--data", pick_place_fleet, "--out", run_copy, *OTHER_ROBOTS, "--allow-new-data")
     assert allowed.returncode == 0 and "resumed from step 20" in allowed.stdout, allowed.stderr[-3000:]
     assert "warning: carrying on with new data (--allow-new-data): sites" in allowed.stderr
     resumed, before = open_checkpoint(run_copy), open_checkpoint(run_copy / "checkpoints" / "step_00000020")
@@ -56,11 +64,15 @@ def test_other_data_of_the_same_task_is_refused_unless_allowed(run_copy, pick_pl
 
 
 @pytest.mark.slow
-def test_an_optimisation_option_changed_on_resume_is_refused_and_max_steps_is_applied_and_said(
-        run_copy, pick_place_fleet):
-    stderr = refusal(train("--data", pick_place_fleet, "--out", run_copy, "--max-steps", "30", "--lr", "1e-2"))
+def test_an_optimisation_option_changed_on_resume_is_refused(run_copy, pick_place_fleet):
+    stderr = refusal(train_here("--data", pick_place_fleet, "--out", run_copy, "--max-steps", "30", "--lr", "1e-2"))
     assert "it was trained with --lr 0.003, not 0.01: resume with the same --lr, or --no-resume" in stderr
-    extended = train("--data", pick_place_fleet, "--out", run_copy, "--max-steps", "30")
+    assert open_checkpoint(run_copy).step == 20  # nothing was written
+
+
+@pytest.mark.slow
+def test_max_steps_changed_on_resume_is_applied_and_said(run_copy, pick_place_fleet):
+    extended = train_here("--data", pick_place_fleet, "--out", run_copy, "--max-steps", "30")
     assert extended.returncode == 0 and extended.stderr == "", extended.stderr
     assert ("resumed from step 20 (--max-steps 30, was 20: the learning rate carries on from 0.0003 and decays to "
             "10% at the new end)") in extended.stdout
@@ -75,9 +87,9 @@ def test_a_run_saved_before_the_option_groups_resumes(run_copy, pick_place_fleet
     saved = json.loads(description.read_text())
     saved["config"] = flat_options(saved["config"])  # as runs saved their config before the groups
     description.write_text(json.dumps(saved))
-    stderr = refusal(train("--data", pick_place_fleet, "--out", run_copy, "--max-steps", "30", "--lr", "1e-2"))
+    stderr = refusal(train_here("--data", pick_place_fleet, "--out", run_copy, "--max-steps", "30", "--lr", "1e-2"))
     assert "it was trained with --lr 0.003, not 0.01" in stderr
-    extended = train("--data", pick_place_fleet, "--out", run_copy, "--max-steps", "30")
+    extended = train_here("--data", pick_place_fleet, "--out", run_copy, "--max-steps", "30")
     assert extended.returncode == 0 and "resumed from step 20 (--max-steps 30, was 20" in extended.stdout
     assert open_checkpoint(run_copy).config["optim"]["max_steps"] == 30
 
@@ -95,7 +107,7 @@ def test_an_error_a_restart_cannot_fix_ends_the_torchrun_job_after_one_attempt(p
     record = json.loads((run / RECORD).read_text())
     assert record["error"] == ours[0].removeprefix("error: ")
 
-    fixed = train("--data", pick_place_fleet, "--out", run, "--max-steps", "10")  # other inputs: it runs
+    fixed = train_here("--data", pick_place_fleet, "--out", run, "--max-steps", "10")  # other inputs: it runs
     assert fixed.returncode == 0, fixed.stderr[-3000:]
 
 
