@@ -148,6 +148,8 @@ def store_summary(store: FleetStore) -> dict:
     manifest = store.manifest or {}
     return {"path": str(store.path), "task": (manifest.get("task") or {}).get("name"), "fps": manifest.get("fps"),
             "features": {name: feature["shape"] for name, feature in store.features.items()},
+            **({"task_features": {task: {name: feature["shape"] for name, feature in own.items()}
+                                  for task, own in store.task_features.items()}} if store.task_features else {}),
             "episodes": sum(site["episodes"] for site in sites.values()),
             "frames": sum(site["frames"] for site in sites.values()), "bytes": store_bytes(store.path),
             "sites": dict(sites), "robots": robots}
@@ -160,7 +162,10 @@ def info(config: InfoConfig) -> None:
     else:
         print(f"{summary['path']}: task {summary['task']}, {summary['fps']} fps, {summary['episodes']} episodes, "
               f"{summary['frames']} frames, {summary['bytes'] / 2**20:.1f} MiB")
-        print("features: " + ", ".join(f"{name} {shape}" for name, shape in summary["features"].items()) + "\n")
+        print("features: " + ", ".join(f"{name} {shape}" for name, shape in summary["features"].items()))
+        for task, own in summary.get("task_features", {}).items():
+            print(f"  {task}'s own: " + ", ".join(f"{name} {shape}" for name, shape in own.items()))
+        print()
         print(_table(["site", "robots", *COUNTS],
                      [[site, *values.values()] for site, values in sorted(summary["sites"].items())]) + "\n")
         print(_table(["robot", "state", "site", *COUNTS],

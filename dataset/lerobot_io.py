@@ -97,7 +97,7 @@ def export_lerobot(store: FleetStore, root: Path, repo_id: str | None = None, us
         raise ValueError(f"{root} already exists; export_lerobot writes a new LeRobotDataset")
     if store.num_episodes == 0:
         raise ValueError(f"{store.path} holds no committed episodes; nothing to export")
-    inputs, observations = exported_observations(store.features, inputs, features)
+    inputs, observations = exported_observations(store.features, inputs, features, store.task_features)
     stored = exported_features(store.features, observations)
     manifest = store.manifest or {}
     task_block = manifest.get("task") or {"name": _shard_attr(store, "task")}
@@ -153,18 +153,19 @@ def default_inputs(features: dict[str, dict]) -> str:
     return "proprio+cameras" if camera_names(features) else "state"
 
 
-def exported_observations(features: dict[str, dict], inputs: str | None = None,
-                          names: list[str] | None = None) -> tuple[str, list[str]]:
+def exported_observations(features: dict[str, dict], inputs: str | None = None, names: list[str] | None = None,
+                          task_features: dict[str, dict] | None = None) -> tuple[str, list[str]]:
     """What an export of a store with ``features`` records as its inputs, and the observations it writes:
     ``inputs`` (by default ``default_inputs``) or the observations ``names`` lists (recorded joined by
-    ``+``). Raises ValueError for both, or for inputs or names the store cannot feed."""
+    ``+``). Raises ValueError for both, or for inputs or names the store cannot feed (``task_features``: those
+    a multi-task store's tasks record each in their own shape, ``dataset.inputs.select_inputs``)."""
     if inputs and names:
         raise ValueError("--inputs and --features are alternatives: give one of them")
     if names:
         selected = select_features(names, features)
         return "+".join(selected), selected
     inputs = inputs or default_inputs(features)
-    return inputs, select_inputs(inputs, features)
+    return inputs, select_inputs(inputs, features, task_features)
 
 
 def exported_features(features: dict[str, dict], observations: list[str]) -> dict[str, dict]:
