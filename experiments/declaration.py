@@ -41,11 +41,14 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
+from experiments.lerobot_stages import KINDS as LEROBOT_KINDS
+from experiments.lerobot_stages import check_stage
+
 DECLARATION_KEYS = {"name", "question", "claim", "stage"}
 STAGE_KEYS = {"name", "kind", "options", "processes"}
-KINDS = ("collect", "train", "evaluate", "compare")
+KINDS = ("collect", "train", "evaluate", "export", "lerobot-eval", "compare")  # the LeRobot two: lerobot_stages
 RUNNER_OPTIONS = {"out", "ledger", "question"}  # the runner sets these: outputs go under WORK, tests in the ledger
-COMPARE_OPTIONS = {"evaluations"}
+COMPARE_OPTIONS = {"evaluations", "side_by_side"}
 PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 
@@ -151,6 +154,9 @@ def _parsed_stage(table: dict, number: int, earlier: list[Stage]) -> Stage:
 
 
 def _check_options(stage: Stage) -> None:
+    if stage.kind in LEROBOT_KINDS:
+        check_stage(stage.name, stage.kind, stage.options)
+        return
     known = COMPARE_OPTIONS if stage.kind == "compare" else option_names(stage.kind) - RUNNER_OPTIONS
     for option in stage.options:
         if option in RUNNER_OPTIONS and stage.kind != "compare":
@@ -189,3 +195,7 @@ def _check_compared(stage: Stage, earlier: list[Stage]) -> None:
         if compared.split != "test":
             raise ValueError(f"compare stage {stage.name} reads {name}, a {compared.split} evaluation: reported figures "
                              "come from the test split only (choose on dev, report test)")
+    pair = stage.options.get("side_by_side")
+    if pair is not None and (not isinstance(pair, list) or len(pair) != 2 or pair[0] not in evaluations
+                             or by_name.get(pair[1]) is None or by_name[pair[1]].kind != "lerobot-eval"):
+        raise ValueError(f"compare stage {stage.name}: side_by_side is [one of its evaluations, a lerobot-eval stage]")

@@ -24,9 +24,11 @@ DIGEST = "payload_sha256"
 
 
 def compared_results(declaration: Declaration, declaration_path: Path, evaluations: dict[str, Path],
-                     commands: dict[str, str]) -> dict:
+                     commands: dict[str, str], side_by_side: dict | None = None) -> dict:
     """The results of ``declaration`` from its test ``evaluations`` (stage name -> evaluation folder), with
-    ``commands`` (stage name -> command line) in the provenance; sealed with its digest."""
+    ``commands`` (stage name -> command line) in the provenance, and ``side_by_side`` (evaluate beside
+    lerobot-eval per task, experiments/lerobot_stages.py) where the compare stage asked for it; sealed with its
+    digest."""
     infos = {name: _test_evaluation(name, folder) for name, folder in evaluations.items()}
     results = {
         "name": declaration.name, "question": declaration.question, "claim": declaration.claim,
@@ -35,6 +37,7 @@ def compared_results(declaration: Declaration, declaration_path: Path, evaluatio
             "declaration": repo_relative(declaration_path), "declaration_sha256": file_sha256(declaration_path),
             "code_version": code_version(), "commands": commands,
             "evaluations": {name: _measured(info) for name, info in infos.items()}},
+        **({"side_by_side": side_by_side} if side_by_side is not None else {}),
     }
     return {**results, DIGEST: payload_sha256(results)}
 

@@ -33,6 +33,9 @@ from core.files import REPO, repo_relative, write_json_atomic
 from core.lock import output_lock
 from core.options import OneLineErrorParser
 from experiments.declaration import PLACEHOLDER, Declaration, Stage, load_declaration
+from experiments.lerobot_stages import KINDS as LEROBOT_KINDS
+from experiments.lerobot_stages import side_by_side
+from experiments.lerobot_stages import stage_command as lerobot_stage_command
 from experiments.results_file import check_results, compared_results, write_results
 
 COMMANDS = {"collect": ["-m", "collect.cli"], "train": ["train/bc.py"], "evaluate": ["-m", "eval.cli"]}
@@ -59,7 +62,12 @@ def _resolved(value: str, outputs: dict[str, str]) -> str:
 
 def stage_command(stage: Stage, outputs: dict[str, str], question: str, ledger: str) -> list[str]:
     """The command (argv, this interpreter first) that runs ``stage`` into ``outputs[stage.name]``: a train stage of
-    several ``processes`` under torchrun (``python -m torch.distributed.run``, torchrun itself)."""
+    several ``processes`` under torchrun (``python -m torch.distributed.run``, torchrun itself); an export or
+    lerobot-eval stage as experiments/lerobot_stages.py builds it."""
+    if stage.kind in LEROBOT_KINDS:
+        resolved = {name: [_resolved(str(item), outputs) for item in value] if isinstance(value, list)
+                    else _resolved(str(value), outputs) for name, value in stage.options.items()}
+        return lerobot_stage_command(stage.kind, resolved, outputs[stage.name])
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={stage.processes}"] \
         if stage.processes > 1 else []
     command = [sys.executable, *launcher, *COMMANDS[stage.kind], *option_arguments(stage.options, outputs),
@@ -72,6 +80,8 @@ def stage_command(stage: Stage, outputs: dict[str, str], question: str, ledger: 
 def shown_command(command: list[str]) -> str:
     """``command`` as a user types it: ``python ...``, or ``torchrun ...`` for ``python -m torch.distributed.run``."""
     launcher = ["-m", "torch.distributed.run"]
+    if not Path(command[0]).name.startswith("python"):  # an executable of its own (lerobot-eval)
+        return shlex.join([Path(command[0]).name, *command[1:]])
     shown = ["torchrun", *command[3:]] if command[1:3] == launcher else ["python", *command[1:]]
     return shlex.join(shown)
 
@@ -130,7 +140,8 @@ def _run_stage(stage: Stage, command: list[str], out: Path, records: Path, logs:
     log = logs / f"{stage.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # as experiments.common.run_step
+    # as experiments.common.run_step; lerobot-eval's Meta-World env renders headless as our envs do (sim/__init__.py)
+    env = {"MUJOCO_GL": "egl", **os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     with open(log, "w") as output:
         returncode = subprocess.run(command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=REPO).returncode
     _write_record(records, stage, question, shown_command(command), returncode, started)
@@ -158,7 +169,10 @@ def _compare(declaration: Declaration, declaration_path: Path, stage: Stage, out
     commands = {earlier.name: _record(records, earlier.name)["command"]
                 for earlier in declaration.stages if earlier.kind != "compare"}
     evaluations = {name: REPO / outputs[name] for name in stage.options["evaluations"]}
-    results = compared_results(declaration, declaration_path, evaluations, commands)
+    pair = stage.options.get("side_by_side")
+    compared = side_by_side(json.loads((evaluations[pair[0]] / "eval_info.json").read_text()),
+                            REPO / outputs[pair[1]]) if pair else None
+    results = compared_results(declaration, declaration_path, evaluations, commands, compared)
     write_results(results_path, results)
     command = f"compare {' '.join(stage.options['evaluations'])} -> {repo_relative(results_path)}"
     _write_record(records, stage, declaration.question, command, 0, started)

@@ -9,14 +9,20 @@ OUT is what ``lerobot-train`` 0.4 writes into ``checkpoints/<step>/pretrained_mo
   over as they are);
 - ``policy_preprocessor.json`` / ``policy_postprocessor.json`` with their state files:
   LeRobot's processor pipelines (batch dimension, device, normalisation of the inputs;
-  unnormalisation of the actions) holding the checkpoint's own normalisation.
+  unnormalisation of the actions) holding the checkpoint's own normalisation. The
+  preprocessor first resizes every camera image to the size the policy was trained at
+  (LeRobot's ``image_crop_resize_processor``, bilinear with antialiasing): an image
+  already at that size passes unchanged, and ``lerobot-eval --env.type=metaworld``, whose
+  env renders corner2 at 480 x 480 whatever the policy wants, reaches the policy at its size.
 
 ``PreTrainedPolicy.from_pretrained(OUT)`` and ``make_pre_post_processors(config,
 pretrained_path=OUT)`` load it, and the policy gives the same actions as ``load_policy``
 for the same observations (images as LeRobot takes them: float C x H x W in [0, 1]).
 The statistics written are those the checkpoint normalises with (its ``Normalizer``
 buffers), so nothing is recomputed. mlp and cnn are ours alone: they have no LeRobot
-counterpart, and exporting one is a one-line error (evaluate runs them from the run).
+counterpart, and exporting one is a one-line error (evaluate runs them from the run). A
+multi-task policy exports when trained with ``--no-task-input`` (it tells the tasks from its
+images, as LeRobot's policies do); one that reads the task one-hot does not.
 """
 
 from __future__ import annotations
@@ -43,6 +49,17 @@ def lerobot_stats(normalizer: Normalizer, mode: str) -> dict[str, torch.Tensor]:
     return {"mean": mean, "std": std}
 
 
+def image_resize_step(config):
+    """LeRobot's step that resizes every image input to ``config``'s image size (H, W); it is one size for all
+    cameras (bc.py's --image-size), and None (the step passes everything through) for a policy without cameras."""
+    from lerobot.processor import ImageCropResizeProcessorStep
+
+    sizes = {tuple(feature.shape[1:]) for feature in config.image_features.values()}
+    if len(sizes) > 1:
+        raise ValueError(f"the policy's cameras have different sizes {sorted(sizes)}: one resize cannot serve them")
+    return ImageCropResizeProcessorStep(resize_size=next(iter(sizes), None))
+
+
 def export_lerobot_policy(checkpoint: Path, out: Path) -> Path:
     """Write the act or diffusion policy of ``checkpoint`` to ``out`` (see the module docstring); returns ``out``.
 
@@ -55,7 +72,8 @@ def export_lerobot_policy(checkpoint: Path, out: Path) -> Path:
     policy, _ = load_policy(checkpoint)
     if policy.spec.task_count:
         raise ValueError(f"{checkpoint} is a multi-task policy, which reads its task as a one-hot beside "
-                         "observation.state: LeRobot's policies have no such input, so it does not export")
+                         "observation.state: LeRobot's policies have no such input, so it does not export "
+                         "(train it with --no-task-input to tell the tasks from its images)")
     if policy.spec.kind not in EXPORTABLE:
         raise ValueError(f"{policy.spec.kind} has no LeRobot counterpart: only {' and '.join(EXPORTABLE)} export "
                          "(evaluate runs the others from their run directory)")
@@ -66,6 +84,7 @@ def export_lerobot_policy(checkpoint: Path, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     policy.lerobot_policy.save_pretrained(out)
     preprocessor, postprocessor = make_pre_post_processors(config, dataset_stats=stats)
+    preprocessor.steps.insert(len(preprocessor.steps) - 1, image_resize_step(config))  # before the normaliser
     preprocessor.save_pretrained(out)
     postprocessor.save_pretrained(out)
     return out

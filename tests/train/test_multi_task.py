@@ -109,6 +109,11 @@ def test_every_kind_that_reads_the_state_reads_the_task(kind):
     assert len({tuple(action.round(6)) for action in actions}) == TASKS
 
 
+def test_a_multi_task_policy_without_the_task_input_reads_no_task():
+    spec = policy_spec(PolicyOptions(policy="act", inputs="proprio+cameras", task_input=False), FEATURES, TASKS)
+    assert "task_index" not in spec.features and spec.task_count == 0
+
+
 def test_a_multi_task_policy_without_the_state_is_refused():
     with pytest.raises(ValueError, match="reads its task beside observation.state"):
         policy_spec(PolicyOptions(policy="cnn", inputs="cameras"), FEATURES, TASKS)

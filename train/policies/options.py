@@ -63,6 +63,10 @@ class PolicyOptions:
         "help": "training augmentation: shift each image by up to this many pixels (0: off)"})
     colour_jitter: float = field(default=0.0, metadata={
         "help": "training augmentation: scale brightness and contrast by up to this fraction (0: off)"})
+    task_input: bool = field(default=True, metadata={
+        "help": "on a multi-task store, the policy reads its task (a one-hot beside observation.state); "
+                "--no-task-input: it tells the tasks from what it sees, as LeRobot's policies do, so "
+                "train.export exports it (for lerobot-eval)"})
     cnn: CNNOptions = field(default_factory=CNNOptions)
     lerobot: LeRobotOptions = field(default_factory=LeRobotOptions)
 

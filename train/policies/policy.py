@@ -334,7 +334,8 @@ def policy_class(kind: str) -> type[Policy]:
 def policy_spec(options: PolicyOptions, store_features: dict[str, dict], task_count: int = 0,
                 task_features: dict[str, dict] | None = None) -> PolicySpec:
     """The spec of ``options.policy`` on a store with ``store_features`` and ``task_count`` tasks
-    (0 for a single-task store; more: ``task_index`` is an input too), whose tasks record ``task_features``
+    (0 for a single-task store; more: ``task_index`` is an input too, unless ``options.task_input`` is off),
+    whose tasks record ``task_features``
     each in their own shape (``FleetStore.task_features``; inputs that read one are refused).
 
     ``options.inputs`` picks the features (``INPUTS``; ``auto``: ``proprio+cameras`` for
@@ -343,6 +344,7 @@ def policy_spec(options: PolicyOptions, store_features: dict[str, dict], task_co
     for an unknown kind, inputs the kind cannot take, or inputs the store cannot feed.
     """
     cls = policy_class(options.policy)
+    task_count = task_count if options.task_input else 0  # --no-task-input: the tasks are told from what it sees
     inputs = options.inputs
     if inputs == "auto":
         wants_cameras = cls.images == "required" or (cls.images == "optional" and camera_names(store_features))
