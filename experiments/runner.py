@@ -4,10 +4,12 @@
     python -m experiments.runner check experiments/results/reach_smoke.json
 
 ``run`` runs the stages in order, each as the command a user would type (``python -m collect.cli``,
-``python train/bc.py``, ``python -m eval.cli``) with its output in WORK/STAGE (``--work``, default
+``python train/bc.py``, ``python -m eval.cli``; ``python -m train.export`` and ``lerobot-eval`` for the LeRobot
+stages, experiments/lerobot_stages.py) with its output in WORK/STAGE (``--work``, default
 runs/experiments/NAME) and its stdout and stderr in WORK/logs/STAGE.log. Test evaluations take the declaration's
 question and the ledger ``--ledger``. A compare stage is the runner's own: it writes the results file
-(``--results``, default experiments/results/NAME.json; experiments/results_file.py).
+(``--results``, default experiments/results/NAME.json; experiments/results_file.py), with evaluate and
+lerobot-eval per task side by side where it names them (``side_by_side``).
 
 A finished stage leaves WORK/records/STAGE.json: its command line, return code, start and end times and the
 digest of its definition. A rerun skips the finished stages whose definition did not change and runs again from
