@@ -1,13 +1,14 @@
 """--amp: auto picks bf16 only for camera policies on CPUs with bfloat16 units; bf16 trains to fp32's loss."""
 
 import json
+import shutil
 
 import pytest
 import torch
 
 from train import precision
 from train.precision import cpu_bf16_units, resolve_amp
-from train_helpers import metrics, train
+from train_helpers import metrics, train_here
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda")
 
@@ -43,25 +44,44 @@ def test_auto_resolves_by_cpu_policy_and_checkpoint(units, amp, device, images, 
     assert reason.startswith("auto: ") == (amp == "auto")
 
 
-@pytest.mark.slow
-def test_bf16_on_cpu_trains_to_the_loss_of_float32_and_a_resume_keeps_it(camera_fleet, camera_cnn_run, tmp_path):
+CNN_ON_CAMERAS = ["--policy", "cnn", "--batch-size", "16", "--log-interval", "10", "--val-fraction", "0"]  # as
+# conftest's camera_cnn_run
+
+
+@pytest.fixture(scope="module")
+def runs_by_amp(camera_fleet, camera_cnn_run, tmp_path_factory):
+    """40 cnn steps on the camera fleet with --amp none and with bf16: camera_cnn_run is the one --amp auto
+    resolves to on this CPU, the other is trained here, in process. Read-only."""
     default = json.loads((camera_cnn_run / "config.json").read_text())["config"]["optim"]["amp"]
     assert default == resolve_amp("auto", CPU, True)[0]  # a run records the precision --amp auto resolved to
-    options = ["--data", camera_fleet, "--policy", "cnn", "--batch-size", "16", "--log-interval", "10",
-               "--val-fraction", "0"]
-    losses = {}
-    for amp in ("none", "bf16"):
-        completed = train(*options, "--out", tmp_path / amp, "--max-steps", "40", "--amp", amp)
-        assert completed.returncode == 0, completed.stderr[-3000:]
-        losses[amp] = [record["loss"] for record in metrics(tmp_path / amp) if "loss" in record]
+    other = "bf16" if default == "none" else "none"
+    run = tmp_path_factory.mktemp("amp") / other
+    completed = train_here("--data", camera_fleet, *CNN_ON_CAMERAS, "--out", run, "--max-steps", "40",
+                           "--amp", other)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return {default: camera_cnn_run, other: run}
+
+
+@pytest.mark.slow
+def test_bf16_on_cpu_trains_to_the_loss_of_float32(runs_by_amp):
+    losses = {amp: [record["loss"] for record in metrics(run) if "loss" in record] for amp, run in runs_by_amp.items()}
     assert len(losses["bf16"]) == len(losses["none"]) == 4
     assert losses["bf16"][-1] < 0.5 * losses["bf16"][0]  # it learns,
     for low, full in zip(losses["bf16"], losses["none"]):  # and follows float32's curve, window by window
         assert abs(low - full) <= 0.05 * full + 0.01, losses
 
-    run = tmp_path / "bf16"
-    resumed = train(*options, "--out", run, "--max-steps", "42")  # --amp auto carries on the checkpoint's bf16
+
+@pytest.mark.slow
+def test_a_resume_with_amp_auto_keeps_the_checkpoints_bf16(camera_fleet, runs_by_amp, tmp_path):
+    run = shutil.copytree(runs_by_amp["bf16"], tmp_path / "run", symlinks=True)
+    resumed = train_here("--data", camera_fleet, *CNN_ON_CAMERAS, "--out", run, "--max-steps", "42")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "amp bf16 (auto: as the checkpoint was trained)" in resumed.stdout
-    refused = train(*options, "--out", run, "--max-steps", "44", "--amp", "none")
-    assert refused.returncode != 0 and "trained with --amp bf16, not none" in refused.stderr
+    assert json.loads((run / "config.json").read_text())["config"]["optim"]["amp"] == "bf16"
+
+
+@pytest.mark.slow
+def test_a_resume_with_another_amp_is_refused(camera_fleet, runs_by_amp, tmp_path):
+    run = shutil.copytree(runs_by_amp["bf16"], tmp_path / "run", symlinks=True)
+    refused = train_here("--data", camera_fleet, *CNN_ON_CAMERAS, "--out", run, "--max-steps", "44", "--amp", "none")
+    assert refused.returncode == 2 and "trained with --amp bf16, not none" in refused.stderr
