@@ -39,6 +39,7 @@ def features_of(env: gym.Env) -> dict[str, dict]:
     features["action"] = _vector_feature(env.action_space, names.get("action"))
     return {**features, **STEP_FEATURES}
 
+
 # What the tasks of one multi-task collection may record in different shapes: each task's privileged state (its
 # objects' poses and goal), which a policy of those tasks then does not read (dataset.inputs.select_inputs refuses).
 TASK_OWN_FEATURES = ("observation.environment_state",)
