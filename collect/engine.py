@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+import gymnasium as gym
 from distributed import Client, as_completed
 
 from collect.config import CollectConfig
@@ -131,6 +132,21 @@ def probe_task(config: CollectConfig, actor: Actor | None = None) -> tuple[list[
     return tasks, fleet, {**features, **(TASK_FEATURES if len(tasks) > 1 else {})}, fps, task_features
 
 
+def robot_task(tasks: list[TaskSpec], robot_id: int) -> tuple[TaskSpec, int | None]:
+    """The task robot ``robot_id`` runs in a collection of ``tasks`` (``sim.fleet.fleet_task``) and, in a
+    multi-task one, its index in the manifest's list, which its frames record as ``task_index`` (None with one)."""
+    spec = fleet_task(tasks, robot_id)
+    return spec, (tasks.index(spec) if len(tasks) > 1 else None)
+
+
+def env_modules(tasks: list[TaskSpec]) -> tuple[str, ...]:
+    """The modules of the tasks' env classes, where gymnasium's registry names them by reference. A local
+    cluster's workers import them as they start, as they do ``collect.worker``, so that no robot task's time
+    holds the first import of its env (Meta-World's imports metaworld)."""
+    entry_points = (getattr(gym.registry.get(spec.env_id), "entry_point", None) for spec in tasks)
+    return tuple(sorted({point.partition(":")[0] for point in entry_points if isinstance(point, str)}))
+
+
 def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None = None,
                    actor: Actor | None = None) -> CollectionSummary:
     """Collect every robot's missing episodes into ``config.out``; resumable.
@@ -150,9 +166,9 @@ def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None 
              **({"lineage": actor.lineage} if actor else {})}
     jobs = []
     for profile in (profile for profile in fleet if profile.robot_id in targets):
-        spec = fleet_task(tasks, profile.robot_id)
+        spec, task_index = robot_task(tasks, profile.robot_id)
         # The task as given (a module:attr plug-in resolves only from the user's reference), a group's by name
-        task, task_index = (config.task, None) if len(tasks) == 1 else (spec.name, tasks.index(spec))
+        task = config.task if task_index is None else spec.name
         jobs.append(RobotJob(str(out / store_name(profile.robot_id)), profile.to_dict(), task, config.seed,
                              targets[profile.robot_id], config.cameras, config.image_size, config.keep_failures,
                              config.flush_frames, {"task": spec.name, "env_id": spec.env_id, **attrs}, actor,
@@ -160,7 +176,8 @@ def run_collection(config: CollectConfig, robot_episodes: dict[int, int] | None 
     return run_robot_tasks(config, tasks, features, fps, fleet, targets,
                            lambda client: [client.submit(collect_robot_on_worker, job, retries=TASK_RETRIES, pure=False)
                                            for job in jobs],
-                           lineage=actor.lineage if actor else None, task_features=task_features)
+                           lineage=actor.lineage if actor else None, task_features=task_features,
+                           preload=("collect.worker", *env_modules(tasks)))
 
 
 def run_robot_tasks(config: CollectConfig, tasks: list[TaskSpec], features: dict, fps: int, fleet: list[RobotProfile],
