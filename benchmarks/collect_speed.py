@@ -1,7 +1,10 @@
 """How fast ``collect`` records demonstrations, held against the limit and the peer.
 
 Every setup does the same job: ``--robots`` robots x ``--episodes`` episodes of the
-task's scripted expert, with each episode's seed from ``sim.fleet.episode_seed``. With
+task's scripted expert, with each episode's seed from ``sim.fleet.episode_seed``. A group of
+tasks (``--task metaworld/mt10``) is shared out over the robots as collect shares it
+(``sim.fleet.fleet_task``: robot k runs task k mod n, so ``--robots`` covers the group), and
+every setup runs each robot's own task (its env, its expert, its ``task_index`` column). With
 ``--cameras`` (collect's option) every setup makes its envs with those cameras, so each
 step renders them at ``--image-size`` px and collect records the images; the default job
 is then 4 x 4, as rendering 2 cameras at 96 px takes ~10 ms a step on llvmpipe.
@@ -25,21 +28,27 @@ is then 4 x 4, as rendering 2 cameras at 96 px takes ~10 ms a step on llvmpipe.
   ``checksums`` in the JSON gives their rate ratio and the extra write time as a share of
   a ``collect_1w`` step.
 
+``env_steps_rounds`` in the JSON gives each setup's env steps in each round: every setup runs
+the same episodes, so they are equal.
+
 The CPU speed of a shared VM drifts by tens of percent from one minute to the next,
 so every round runs all setups back to back and ratios are taken within a round. Each
 collect setup is bracketed by its limit: half the robots' loop runs just before it and
 the other half just after, so a steady drift cancels out of their ratio. The table
 shows the median ratio over ``--rounds`` rounds (rates: the best round). Writes
-benchmarks/results/collect_speed.json (collect_speed_cameras.json with cameras, so the
-state figures stay) and appends to the table in benchmarks/README.md.
+benchmarks/results/collect_speed.json: ``_metaworld`` is added to the name for Meta-World's tasks
+(``benchmarks.common.family_name``) and ``_cameras`` with cameras, so each case's figures stay
+apart; the rows go to the one table in benchmarks/README.md.
 
     python -m benchmarks.collect_speed [--robots 16] [--episodes 30] [--task pick_place]
     python -m benchmarks.collect_speed --cameras front wrist [--image-size 96]
+    python -m benchmarks.collect_speed --task metaworld/mt10 [--cameras corner2]
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import shutil
 import tempfile
 import time
@@ -53,35 +62,62 @@ import sim  # first: it selects headless rendering before mujoco loads
 import gymnasium as gym
 import numpy as np
 
-from benchmarks.common import (benchmark_parser, bracketed, in_processes, job_options, machine_facts, median_ratio,
-                               publish)
+from benchmarks.common import (benchmark_parser, bracketed, family_name, in_processes, job_options, machine_facts,
+                               median_ratio, publish)
 from collect import CollectConfig
-from collect.engine import CollectionSummary, run_collection
+from collect.engine import CollectionSummary, env_modules, robot_task, run_collection
 from collect.worker import to_features
 from dataset import writer
-from dataset.schema import features_of
+from dataset.schema import TASK_FEATURES, features_of
 from dataset.shard import store_name
 from dataset.writer import EpisodeRecord, ShardWriter
 from sim.fleet import RobotProfile, episode_seed, make_fleet, make_robot
 from sim.rollout import run_episode
+from sim.tasks import TaskSpec, resolve_tasks
 
-# The default (robots, episodes) of a job without cameras and of one with them: a round
-# runs the job about 3.5 times over, so 4 x 4 with cameras takes ~30 s a round here.
-DEFAULT_JOB = {False: (16, 30), True: (4, 4)}
+# The default (robots, episodes, rounds) of a job, by the tasks' results name and whether it has cameras. A
+# round runs the job about 3.5 times over: 4 x 4 with our cameras takes ~30 s a round here. Meta-World's MT10
+# needs 10 robots, and its corner2 frame costs several of our two cameras' (benchmarks/README.md, sim_speed_metaworld):
+# with it the job is 10 x 1 in 2 rounds.
+DEFAULT_JOB = {("collect_speed", False): (16, 30, 5), ("collect_speed", True): (4, 4, 5),
+               ("collect_speed_metaworld", False): (10, 10, 5), ("collect_speed_metaworld", True): (10, 1, 2)}
+
+
+def job_task(job: CollectConfig, robot_id: int) -> tuple[TaskSpec, int | None]:
+    """The task robot ``robot_id`` runs in the job and its ``task_index`` (None with one task), as collect gives
+    them (``collect.engine.robot_task``)."""
+    return robot_task(resolve_tasks(job.task), robot_id)
 
 
 def make_env(job: CollectConfig, profile: RobotProfile) -> gym.Env:
-    """One robot's env for the job, with the job's cameras."""
-    return sim.resolve_task(job.task).make_env(profile, cameras=job.cameras, image_size=job.image_size)
+    """One robot's env for the job (its own task's), with the job's cameras."""
+    spec, _ = job_task(job, profile.robot_id)
+    return spec.make_env(profile, cameras=job.cameras, image_size=job.image_size)
+
+
+def make_expert(job: CollectConfig, profile: RobotProfile):
+    """One robot's scripted expert for the job (its own task's)."""
+    spec, _ = job_task(job, profile.robot_id)
+    return spec.make_expert(profile)
+
+
+def as_stored(job: CollectConfig, robot_id: int, frames: dict[str, np.ndarray], features: dict) -> dict:
+    """One episode's recorded columns as collect stores them: with each frame's task in a multi-task job."""
+    _, task_index = job_task(job, robot_id)
+    if task_index is not None:
+        frames = {**frames, "task_index": np.full(len(frames["action"]), task_index)}
+    return to_features(frames, features)
 
 
 def expert_loop(job: CollectConfig, robot_ids: list[int]) -> tuple[int, float]:
     """The limit: run every episode of these robots, rendering the job's cameras and recording
-    nothing; returns (env steps, seconds)."""
-    spec = sim.resolve_task(job.task)
+    nothing; returns (env steps, seconds). The tasks' env modules are imported before the clock starts, as
+    collect's workers import them as they start (``collect.engine.env_modules``)."""
+    for module in env_modules(resolve_tasks(job.task)):
+        importlib.import_module(module)
     steps, start = 0, time.perf_counter()
     for profile in (make_robot(robot_id) for robot_id in robot_ids):
-        env, expert = make_env(job, profile), spec.make_expert(profile)
+        env, expert = make_env(job, profile), make_expert(job, profile)
         for index in range(job.episodes):
             steps += run_episode(env, expert, episode_seed(0, profile.robot_id, index), expert.reset).length
         env.close()
@@ -93,9 +129,16 @@ def measure_limit(job: CollectConfig, robot_ids: list[int], processes: int) -> t
     return in_processes(expert_loop, [(job, robot_ids[i::processes]) for i in range(processes)])
 
 
-def bracketed_by_limit(job: CollectConfig, processes: int, setup: Callable[[], float]) -> tuple[float, float]:
-    """(setup's rate, the limit's rate): the limit's even robots just before ``setup()``, odd ones just after."""
-    return bracketed(setup, lambda half: measure_limit(job, list(range(half, job.robots, 2)), processes))
+def bracketed_by_limit(job: CollectConfig, processes: int, setup: Callable[[], float],
+                       limit_steps: list[int]) -> tuple[float, float]:
+    """(setup's rate, the limit's rate): the limit's even robots just before ``setup()``, odd ones just after;
+    the env steps of each half go to ``limit_steps``."""
+    def limit(half: int) -> tuple[int, float]:
+        steps, seconds = measure_limit(job, list(range(half, job.robots, 2)), processes)
+        limit_steps.append(steps)
+        return steps, seconds
+
+    return bracketed(setup, limit)
 
 
 def measure_collect(job: CollectConfig, workers: int, summaries: list[CollectionSummary]) -> float:
@@ -118,8 +161,9 @@ def _vector_pair(job: CollectConfig, profiles: list[RobotProfile], features: dic
     imports, each env made) and their stop are left out of the seconds, as the limit leaves out
     spawning its processes and collect its cluster's start.
     """
+    # "different": a group's tasks bound their observations differently (the same shapes and dtypes)
     envs = gym.vector.AsyncVectorEnv([partial(make_env, job, p) for p in profiles], context="spawn",
-                                     autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+                                     autoreset_mode=gym.vector.AutoresetMode.DISABLED, observation_mode="different")
     try:
         start = time.perf_counter()
         steps = _vector_collect(envs, job, profiles, features, out)
@@ -132,8 +176,8 @@ def _vector_collect(envs: gym.vector.VectorEnv, job: CollectConfig, profiles: li
                     out: Path) -> int:
     """Run the job's episodes of each robot in its slot of ``envs`` in lock-step and write each robot's
     successes into its shard, as collect does; returns the env steps."""
-    spec, episodes = sim.resolve_task(job.task), job.episodes
-    experts = [spec.make_expert(p) for p in profiles]
+    episodes = job.episodes
+    experts = [make_expert(job, p) for p in profiles]
     count = len(profiles)
     next_index, buffers, kept = [0] * count, [dict() for _ in profiles], [[] for _ in profiles]
     seeds = [episode_seed(0, p.robot_id, 0) for p in profiles]
@@ -156,7 +200,8 @@ def _vector_collect(envs: gym.vector.VectorEnv, job: CollectConfig, profiles: li
             columns.setdefault("next.reward", []).append(np.float32(rewards[k]))
             columns.setdefault("next.success", []).append(bool(infos["is_success"][k]))
             if done[k]:
-                frames = to_features({key: np.stack(v) for key, v in columns.items()}, features)
+                frames = as_stored(job, profiles[k].robot_id, {key: np.stack(v) for key, v in columns.items()},
+                                   features)
                 if infos["is_success"][k]:
                     kept[k].append(EpisodeRecord(next_index[k], seeds[k], True, frames))
                 buffers[k], next_index[k] = {}, next_index[k] + 1
@@ -173,14 +218,14 @@ def _vector_collect(envs: gym.vector.VectorEnv, job: CollectConfig, profiles: li
     return steps
 
 
-def measure_vector(job: CollectConfig, features: dict, num_envs: int = 2) -> float:
-    """Steps per second of the ``AsyncVectorEnv`` collector, ``num_envs`` robots at a time (their
+def measure_vector(job: CollectConfig, features: dict, num_envs: int = 2) -> tuple[int, float]:
+    """(env steps, seconds) of the ``AsyncVectorEnv`` collector, ``num_envs`` robots at a time (their
     sub-processes' start and stop excluded)."""
     fleet = make_fleet(job.robots)
     out = Path(tempfile.mkdtemp(prefix="robofleet-bench-"))
     try:
         parts = [_vector_pair(job, fleet[i:i + num_envs], features, out) for i in range(0, job.robots, num_envs)]
-        return sum(steps for steps, _ in parts) / sum(seconds for _, seconds in parts)
+        return sum(steps for steps, _ in parts), sum(seconds for _, seconds in parts)
     finally:
         shutil.rmtree(out)
 
@@ -200,16 +245,16 @@ def collect_1w_lost(rounds: list[dict[str, float]], summaries: list[CollectionSu
 
 def recorded_episodes(job: CollectConfig, robot_ids: list[int]) -> tuple[dict, dict[int, list[EpisodeRecord]]]:
     """(features, robot id -> its job's episodes as collect records them)."""
-    spec, recorded = sim.resolve_task(job.task), {}
+    recorded = {}
     for profile in (make_robot(robot_id) for robot_id in robot_ids):
-        env, expert = make_env(job, profile), spec.make_expert(profile)
-        features = features_of(env)
+        env, expert = make_env(job, profile), make_expert(job, profile)
+        features = {**features_of(env), **(TASK_FEATURES if job_task(job, profile.robot_id)[1] is not None else {})}
         recorded[profile.robot_id] = []
         for index in range(job.episodes):
             seed = episode_seed(0, profile.robot_id, index)
             episode = run_episode(env, expert, seed, reset_policy=expert.reset, record=True)
             recorded[profile.robot_id].append(EpisodeRecord(index, seed, episode.success,
-                                                            to_features(episode.frames, features)))
+                                                            as_stored(job, profile.robot_id, episode.frames, features)))
         env.close()
     return features, recorded
 
@@ -249,35 +294,53 @@ def write_seconds(features: dict, recorded: dict[int, list[EpisodeRecord]], chec
 
 def main(argv: list[str] | None = None) -> dict:
     parser = benchmark_parser(__doc__, __spec__.name)
-    parser.add_argument("--robots", type=int, help="default 16, or 4 with --cameras")
-    parser.add_argument("--episodes", type=int, help="default 30, or 4 with --cameras")
-    parser.add_argument("--task", default="pick_place")
+    parser.add_argument("--robots", type=int, help="default 16, or 4 with --cameras; Meta-World 10")
+    parser.add_argument("--episodes", type=int, help="default 30, or 4 with --cameras; Meta-World 10, or 1")
+    parser.add_argument("--task", default="pick_place", help="a task or a group (metaworld/mt10)")
     parser.add_argument("--cameras", nargs="+", default=[], help="cameras every setup renders, e.g. front wrist")
     parser.add_argument("--image-size", type=int, default=96, help="camera image height and width")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, help="default 5; Meta-World with --cameras 2")
     args = parser.parse_args(argv)
-    robots, episodes = DEFAULT_JOB[bool(args.cameras)]
-    args.robots = robots if args.robots is None else args.robots
-    args.episodes = episodes if args.episodes is None else args.episodes
+    name = family_name("collect_speed", [args.task])
+    defaults = DEFAULT_JOB[name, bool(args.cameras)]
+    args.robots, args.episodes, args.rounds = (given if given is not None else default for given, default
+                                               in zip((args.robots, args.episodes, args.rounds), defaults))
+    try:
+        tasks = resolve_tasks(args.task)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.robots < len(tasks):
+        parser.error(f"--task {args.task} has {len(tasks)} tasks and each robot runs one: --robots must be at "
+                     f"least {len(tasks)}")
+    # The benchmark times collection; collect's check of each task's determinism runs outside the timing, and
+    # with cameras it would replay each task's first episode twice per collect run.
     job = CollectConfig(robots=args.robots, episodes=args.episodes, task=args.task, cameras=tuple(args.cameras),
-                        image_size=args.image_size, quiet=True)
+                        image_size=args.image_size, quiet=True, check_determinism=False)
 
     features, recorded = recorded_episodes(job, list(range(job.robots)))
     recorded_steps = sum(len(next(iter(e.frames.values()))) for episodes in recorded.values() for e in episodes)
 
     rounds: list[dict[str, float]] = []
+    round_steps: list[dict[str, int]] = []
     summaries: dict[int, list[CollectionSummary]] = {1: [], 2: []}  # by workers
     for _ in range(args.rounds):
-        rates = {}
+        rates, limit_steps, limit_2proc_steps = {}, [], []
         rates["collect_1w"], rates["limit"] = bracketed_by_limit(
-            job, processes=1, setup=lambda: measure_collect(job, workers=1, summaries=summaries[1]))
+            job, processes=1, setup=lambda: measure_collect(job, workers=1, summaries=summaries[1]),
+            limit_steps=limit_steps)
         rates["collect_2w"], rates["limit_2proc"] = bracketed_by_limit(
-            job, processes=2, setup=lambda: measure_collect(job, workers=2, summaries=summaries[2]))
-        rates["vector_2env"] = measure_vector(job, features)
+            job, processes=2, setup=lambda: measure_collect(job, workers=2, summaries=summaries[2]),
+            limit_steps=limit_2proc_steps)
+        vector_steps, vector_seconds = measure_vector(job, features)
+        rates["vector_2env"] = vector_steps / vector_seconds
         # Writing alone, with crc32c on every chunk and without: steps written per second.
         rates["write_crc32c"] = recorded_steps / write_seconds(features, recorded, checksums=True)
         rates["write_no_checksum"] = recorded_steps / write_seconds(features, recorded, checksums=False)
         rounds.append(rates)
+        round_steps.append({"limit": sum(limit_steps), "limit_2proc": sum(limit_2proc_steps),
+                            "collect_1w": summaries[1][-1].steps, "collect_2w": summaries[2][-1].steps,
+                            "vector_2env": vector_steps, "write_crc32c": recorded_steps,
+                            "write_no_checksum": recorded_steps})
 
     ratios = {
         "collect_1w_vs_limit": median_ratio(rounds, "collect_1w", "limit"),
@@ -298,6 +361,7 @@ def main(argv: list[str] | None = None) -> dict:
         "benchmark": "collect_speed", "machine": machine, "job": job_options(args),
         "steps_per_s_best": {name: round(rate) for name, rate in best.items()},
         "steps_per_s_rounds": [{name: round(rate) for name, rate in r.items()} for r in rounds],
+        "env_steps_rounds": round_steps,
         "cluster_start_stop_s": round(float(np.median([s.cluster_seconds for s in summaries[1] + summaries[2]])), 2),
         "collect_1w_lost": collect_1w_lost(rounds, summaries[1]),
         "ratios": {name: round(value, 3) for name, value in ratios.items()},
@@ -310,8 +374,7 @@ def main(argv: list[str] | None = None) -> dict:
            *(round(best[name]) for name in ("limit", "limit_2proc", "collect_1w", "collect_2w", "vector_2env")),
            *(f"{ratios[name]:.2f}" for name in ratios)]
     # A camera run keeps its own JSON (the state figures stay in collect_speed.json); the table is shared.
-    publish("collect_speed_cameras" if job.cameras else "collect_speed", result, header, [row], args,
-            table="collect_speed")
+    publish(f"{name}_cameras" if job.cameras else name, result, header, [row], args, table="collect_speed")
     return result
 
 

@@ -21,11 +21,12 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from core.errors import check_output_directory
 from core.files import code_version, write_json_atomic
 from core.options import OneLineErrorParser
+from sim.metaworld_tasks import FAMILY as METAWORLD
 
 BENCHMARKS = Path(__file__).resolve().parent
 RESULTS = BENCHMARKS / "results"
@@ -83,15 +84,15 @@ def agent_command(ranks: int, name: str) -> list[str]:
             "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={name}-{port}"]
 
 
-def rate(step: Callable[[], object], seconds: float, warmup: int = 20) -> float:
-    """Calls of ``step`` per second, timed for about ``seconds`` after ``warmup`` calls."""
+def rate(step: Callable[[], object], seconds: float, warmup: int = 20, batch: int = 50) -> float:
+    """Calls of ``step`` per second, timed for about ``seconds`` (at least ``batch`` calls) after ``warmup`` calls."""
     for _ in range(warmup):
         step()
     calls, start = 0, time.perf_counter()
     while True:
-        for _ in range(50):
+        for _ in range(batch):
             step()
-        calls += 50
+        calls += batch
         elapsed = time.perf_counter() - start
         if elapsed >= seconds:
             return calls / elapsed
@@ -126,6 +127,17 @@ def median_ratio(rounds: list[dict[str, float]], numerator: str, denominator: st
     A shared VM's speed drifts between minutes, so a ratio is only fair within one round.
     """
     return statistics.median(r[numerator] / (scale * r[denominator]) for r in rounds)
+
+
+def family_name(benchmark: str, tasks: Iterable[str]) -> str:
+    """The results file and table of ``benchmark`` run on ``tasks``: ``<benchmark>_metaworld`` for Meta-World's tasks
+    and groups (``metaworld/...``), so that our own tasks' figures stay in ``<benchmark>``. A ``ValueError`` when
+    the tasks mix the two."""
+    families = {task.startswith(f"{METAWORLD}/") for task in tasks}
+    if len(families) > 1:
+        raise ValueError(f"{benchmark} measures Meta-World's tasks and ours in separate runs (their results go to "
+                         f"{benchmark}_metaworld.json and {benchmark}.json)")
+    return f"{benchmark}_{METAWORLD}" if True in families else benchmark
 
 
 def write_results(name: str, result: dict, results_dir: Path = RESULTS) -> Path:

@@ -20,6 +20,29 @@ def test_sim_speed_writes_results_and_a_table_row(tmp_path):
     assert "| reach |" in tables.read_text()
 
 
+@pytest.mark.slow
+def test_sim_speed_renders_metaworld_at_each_size_into_its_own_results(tmp_path):
+    tables = tmp_path / "README.md"
+    sim_speed.main(["--seconds", "0.01", "--tasks", "metaworld/reach-v3", "--render-sizes", "16", "24",
+                    "--results-dir", str(tmp_path), "--tables", str(tables)])
+    assert not (tmp_path / "sim_speed.json").exists()  # our tasks' figures stay where they are
+    result = json.loads((tmp_path / "sim_speed_metaworld.json").read_text())
+    figures = result["tasks"][0]
+    assert result["camera"] == "corner2" and figures["task"] == "metaworld/reach-v3" and figures["frame_skip"] == 5
+    assert set(figures["render"]) == {"16", "24"}
+    for size in figures["render"].values():
+        assert size["fps"] > 0 and size["ms_per_frame"] == pytest.approx(1000 / size["fps"], rel=0.01)
+        assert size["frame_vs_control_step"] == pytest.approx(
+            figures["physics_limit_control_steps_per_s"] / size["fps"], rel=0.01)
+    assert "<!-- sim_speed_metaworld:start -->" in tables.read_text() and "| metaworld/reach-v3 |" in tables.read_text()
+
+
+def test_sim_speed_measures_ours_and_metaworld_apart(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        sim_speed.main(["--tasks", "reach", "metaworld/reach-v3", "--out", str(tmp_path / "x.json")])
+    assert "separate runs" in capsys.readouterr().err
+
+
 def test_expert_success_counts_every_episode(tmp_path):
     tables = tmp_path / "README.md"
     result = expert_success.main(["--robots", "3", "--episodes", "1", "--tasks", "reach",
@@ -42,6 +65,37 @@ def test_collect_speed_measures_every_setup(tmp_path):
     assert all(rate > 0 for rate in result["steps_per_s_best"].values())
     assert result["ratios"]["scaling_1w_to_2w"] > 0 and result["checksums"]["write_rate_crc32c_vs_none"] > 0
     assert "| reach 2x2 |" in tables.read_text()
+
+
+# MT10 needs 10 robots; with the camera (~0.1 s a frame on llvmpipe) one task on 2 robots keeps the run short
+@pytest.mark.slow
+@pytest.mark.parametrize("task, robots, cameras", [("metaworld/mt10", 10, []),
+                                                   ("metaworld/reach-v3", 2, ["--cameras", "corner2"])],
+                         ids=["mt10", "reach-v3-corner2"])
+def test_collect_speed_runs_each_metaworld_robot_on_its_own_task(tmp_path, task, robots, cameras):
+    from benchmarks import collect_speed
+
+    tables = tmp_path / "README.md"
+    result = collect_speed.main(["--task", task, "--robots", str(robots), "--episodes", "1", "--rounds", "1",
+                                 *cameras, "--image-size", "16", "--results-dir", str(tmp_path), "--tables", str(tables)])
+    name = "collect_speed_metaworld" + ("_cameras" if cameras else "")
+    assert json.loads((tmp_path / f"{name}.json").read_text())["ratios"] == result["ratios"]
+    assert not (tmp_path / "collect_speed.json").exists()
+    setups = {"limit", "limit_2proc", "vector_2env", "collect_1w", "collect_2w", "write_crc32c", "write_no_checksum"}
+    assert set(result["steps_per_s_best"]) == setups and all(r > 0 for r in result["steps_per_s_best"].values())
+    # Every setup ran the same episodes, each robot its own task: the same env steps
+    (steps,) = result["env_steps_rounds"]
+    assert set(steps) == setups and len(set(steps.values())) == 1
+    assert all(0 < value < float("inf") for value in result["ratios"].values())
+    assert f"| {task} {robots}x1{' corner2 16px' if cameras else ''} |" in tables.read_text()
+
+
+def test_collect_speed_refuses_a_group_larger_than_the_fleet(tmp_path, capsys):
+    from benchmarks import collect_speed
+
+    with pytest.raises(SystemExit):
+        collect_speed.main(["--task", "metaworld/mt10", "--robots", "4", "--out", str(tmp_path / "x.json")])
+    assert "--robots must be at least 10" in capsys.readouterr().err
 
 
 @pytest.mark.slow
