@@ -109,10 +109,14 @@ def test_a_round_deployed_with_other_settings_is_not_carried_on(trained_run, tmp
 
 
 def test_a_continuous_round_killed_mid_round_resumes_to_the_same_store(trained_run, pick_place_fleet, tmp_path):
+    """Killed at its first commit, the round's one session (2 robots in lockstep, one operator, 2 episodes each
+    back to back) has episodes left; the rerun replays the session and stores what an unbroken round stores."""
+    one_group = ("--continuous", "--fleet-robots", "2", "--operators", "1")
     whole, killed = (copytree(trained_run, tmp_path / name / "run", symlinks=True) for name in ("a", "b"))
-    assert fleet_learn(whole, pick_place_fleet, "--continuous").returncode == 0
-    assert fleet_learn(killed, pick_place_fleet, "--continuous", crash_at="deploy-commit").returncode != 0
-    resumed = fleet_learn(killed, pick_place_fleet, "--continuous")
+    assert fleet_learn(whole, pick_place_fleet, *one_group).returncode == 0
+    assert fleet_learn(killed, pick_place_fleet, *one_group, crash_at="deploy-commit").returncode != 0
+    assert FleetStore.open(killed / "fleet" / "round_1").num_episodes < 4  # killed mid-round
+    resumed = fleet_learn(killed, pick_place_fleet, *one_group)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert_same_stores(whole / "fleet" / "round_1", killed / "fleet" / "round_1")
 
