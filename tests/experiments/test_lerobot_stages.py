@@ -66,6 +66,7 @@ def test_a_malformed_lerobot_stage_is_refused_in_one_line(stage, error, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # lerobot-eval's episode is 500 steps with two 480 x 480 renders a step (video)
 def test_an_exported_metaworld_policy_runs_through_lerobot_eval_and_evaluate_side_by_side(tmp_path):
     """One task, a 2-step ACT on 2 demonstrations, one episode each side: the run, not the figure."""
     declaration = tmp_path / "side_by_side.toml"
