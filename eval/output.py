@@ -28,6 +28,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display on workers and CI
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 from core.errors import check_output_directory, warn  # noqa: E402
 from core.files import write_json_atomic
@@ -154,16 +155,16 @@ def plot_task_success(info: dict, path: Path) -> None:
     if "expert" in info:
         axes.plot([info["expert"]["per_task"][task]["pc_success"] for task in tasks], rows, "k|", markersize=9,
                   label="expert")
-    for group, colour in GROUP_COLOURS.items():
-        if group in info["per_group"]:
-            axes.barh([], [], color=colour, label=f"{group.split('/')[-1]} {info['per_group'][group]['pc_success']:.1f}%")
+    handles = [Patch(color=colour, label=f"{group.split('/')[-1]} {info['per_group'][group]['pc_success']:.1f}%")
+               for group, colour in GROUP_COLOURS.items() if group in info["per_group"]]
     axes.set_yticks(list(rows), [task.split("/")[-1] for task in tasks], fontsize=7)
-    axes.invert_yaxis()
+    axes.set_ylim(len(tasks) - 0.4, -0.6)  # the first task on top, no margin beyond the bars
     axes.set_xlim(0, 105)
     axes.set_xlabel("success per task (%), 95% interval")
     axes.set_title(f"{info['agent']} on {info['task']}: {len(tasks)} tasks, {info['fleet']['n_episodes']} episodes",
                    fontsize=9)
-    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    axes.legend(handles=axes.get_legend_handles_labels()[0] + handles, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                fontsize=8)
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
