@@ -86,6 +86,10 @@ def _performance(name: str, results: str, render: str, inline: bool = True) -> S
                    inline=inline, folder=BENCHMARK_RESULTS)
 
 
+def _scaling(name: str, results: str, render: str) -> Section:
+    return Section(f"scaling_{name}", "docs/scaling.md", "", results, render, inline=True)
+
+
 SECTIONS = [
     Section("full_run", "docs/evaluation.md", "## The recorded full run", "full_run",
             "experiments.full_run:section_text", renders=False),  # rows without policy kinds, commands, sites
@@ -105,6 +109,8 @@ SECTIONS = [
             "experiments.scaling_report:section_text"),
     Section("scaling_compute", "docs/scaling.md", "## Compute scaling", "compute_scaling",
             "experiments.compute_scaling_report:section_text"),
+    _scaling("duration", "scaling", "experiments.scaling_report:duration_text"),
+    _scaling("duration_visuomotor", "scaling_visuomotor", "experiments.scaling_report:duration_text"),
     Section("fleet_vs_single", "docs/federated.md", "## Fleet vs single robot: measured", "fleet_vs_single",
             "experiments.fleet_vs_single:section_text"),
     Section("personal_ceiling", "docs/federated.md", "## How far personal weights could lift a site",

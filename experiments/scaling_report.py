@@ -189,3 +189,10 @@ def publish(config: ScalingConfig, command: str, points: list[dict], experts: di
     heading = "## Data scaling" if config.setting == "state" else f"### Data scaling, {config.setting}"
     write(config.name, result, config.docs, heading)
     return result
+
+
+def duration_text(result: dict) -> str:
+    """How long the recorded sweep took, all its stages and tasks together: ``64 minutes on 2 cores (cpu)``."""
+    seconds = sum(sum(stages.values()) for stages in result["seconds"].values())
+    facts = result["machine"]
+    return f"{seconds / 60:.0f} minutes on {facts['cores']} cores ({facts['device']})"
