@@ -128,6 +128,12 @@ def section_text(result: dict) -> str:
     return "\n".join(lines)
 
 
+def train_seconds_text(result: dict) -> str:
+    """How long the teacher and the student trained: ``the teacher 943 s, the student 222 s``."""
+    seconds = result["seconds"]
+    return f"the teacher {seconds['teacher train']} s, the student {seconds['student distill']} s"
+
+
 def ratios_text(result: dict) -> str:
     """The student over the teacher, for the README: success kept, parameters, latency and bytes."""
     ratios = result["ratios"]

@@ -104,6 +104,8 @@ SECTIONS = [
             "experiments.act_side_by_side:section_text"),
     Section("distillation", "docs/distillation.md", "## The recorded distillation", "distillation",
             "experiments.distillation:section_text"),
+    Section("distillation_train_seconds", "docs/distillation.md", "", "distillation",
+            "experiments.distillation:train_seconds_text", inline=True),
     Section("scaling_data", "docs/scaling.md", "## Data scaling", "scaling", "experiments.scaling_report:section_text"),
     Section("scaling_data_visuomotor", "docs/scaling.md", "### Data scaling, visuomotor", "scaling_visuomotor",
             "experiments.scaling_report:section_text"),
