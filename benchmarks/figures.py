@@ -90,6 +90,13 @@ def sim_text(result: dict) -> str:
     return "; ".join(figures) + f" ({_date(result)})"
 
 
+def frame_text(result: dict) -> str:
+    """The range over the tasks of one 96 px frame's cost: ``6.2 to 9.0 ms (111 to 160 frames/s, 2026-11-22)``."""
+    rates = [task["render_96_fps"] for task in result["tasks"]]
+    return (f"{1000 / max(rates):.1f} to {1000 / min(rates):.1f} ms ({min(rates)} to {max(rates)} frames/s, "
+            f"{_date(result)})")
+
+
 def collect_lost_text(result: dict) -> str:
     """The bare loop's rate, and what 1 worker loses against it, split into writing, the engine and the rest."""
     lost, checksums = result["collect_1w_lost"], result["checksums"]["share_of_collect_1w_step"]

@@ -167,6 +167,10 @@ SECTIONS = [
     _performance("gpu_paths", "gpu_paths", "gpu_paths_text"),
     _performance("gpu_train", "train_speed_gpu", "gpu_train_text"),
     _performance("eval_speed", "eval_speed", "eval_detail_text"),
+    Section("sim_expert_success", "docs/sim.md", "", "expert_success", "benchmarks.figures:expert_text",
+            inline=True, folder=BENCHMARK_RESULTS),
+    Section("sim_frame", "docs/sim.md", "", "sim_speed", "benchmarks.figures:frame_text", inline=True,
+            folder=BENCHMARK_RESULTS),
     Section("goals_deploy_speed", "docs/fleet_learning.md", "", "deploy_speed", "benchmarks.figures:deploy_text",
             inline=True, folder=BENCHMARK_RESULTS),
 ]
