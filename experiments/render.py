@@ -6,7 +6,7 @@
 A section is the text between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` in a doc. ``SECTIONS`` maps each
 to its doc, its heading, its results file and the function of that file's content that renders it: the function
 the experiment script calls when it finishes (``write``), so a section is written one way. The speed figures of
-the README and docs/performance.md render from benchmarks/results/ (``benchmarks.figures``), the rest from
+the README, docs/performance.md and docs/sim.md render from benchmarks/results/ (``benchmarks.figures``), the rest from
 experiments/results/.
 A recorded run's page, experiments/runs/NAME.md, is a section of its own (render creates a missing page): each
 fleet-learning run's (results ``fleet_learning*``) and each ROHE sweep's; experiments/runs/README.md lists the
