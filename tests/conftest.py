@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from collect_helpers import collected
+from dask_cluster import dask_cluster
 from train_helpers import train
 
 
@@ -76,3 +77,12 @@ def camera_cnn_run(camera_fleet, tmp_path_factory):
                       "--batch-size", "16", "--log-interval", "10", "--val-fraction", "0")
     assert completed.returncode == 0, completed.stderr[-3000:]
     return run
+
+
+@pytest.fixture(scope="module")
+def module_scheduler():
+    """The address of a dask cluster of 2 workers that a module's runs share (deployment rounds, federated
+    training): each run pays for its work, not for starting workers, which import torch and MuJoCo once
+    (train.fleet.deploy, as deploy_round's own cluster's workers do)."""
+    with dask_cluster(workers=2, preload=("train.fleet.deploy",)) as address:
+        yield address

@@ -23,16 +23,20 @@ def free_port() -> int:
 
 
 @contextmanager
-def dask_cluster(workers: int = 2):
-    """The address of a scheduler with ``workers`` one-thread workers (each under a nanny, which restarts it)."""
+def dask_cluster(workers: int = 2, preload: tuple[str, ...] = ()):
+    """The address of a scheduler with ``workers`` one-thread workers (each under a nanny, which restarts it).
+
+    Each worker process imports the modules in ``preload`` before it joins, a restarted one too.
+    """
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     common = {"env": subprocess_env(), "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     processes = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
                                   **common)]
+    preloads = [option for module in preload for option in ("--preload", module)]
     processes += [
         subprocess.Popen([DASK, "worker", address, "--host", "127.0.0.1", "--nworkers", "1", "--nthreads", "1",
-                          "--no-dashboard"], **common)
+                          "--no-dashboard", *preloads], **common)
         for _ in range(workers)
     ]
     try:

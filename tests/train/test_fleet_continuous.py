@@ -50,23 +50,31 @@ def test_a_restarted_robot_is_driven_as_a_fresh_policy_would_and_the_others_carr
     assert disagreement[2] == 0 and disagreement[:2].all()  # a fresh episode has no plan to disagree with
 
 
-def deploy(trained_run, out, continuous, mode="random", robots=4, episodes=3, help_steps=60, max_handovers=None,
-           min_segment_steps=None, **gate):
+def deploy(trained_run, out, continuous, scheduler=None, mode="random", robots=4, episodes=2, operators=2,
+           help_steps=60, max_handovers=None, min_segment_steps=None, **gate):
+    """A deployment round into ``out`` on the dask cluster at ``scheduler`` (a fresh local one if None)."""
     config = CollectConfig(robots=robots, episodes=episodes, task="pick_place", out=str(out), seed=0,
-                           keep_failures=True, workers=2, quiet=True)
-    help = Help(mode, GateOptions(**{"random_rate": 1.0, "stall_steps": 10, **gate}), segment_steps=7, operators=2,
-                continuous=continuous, min_segment_steps=min_segment_steps, max_handovers=max_handovers)
+                           keep_failures=True, workers=2, scheduler=scheduler, quiet=True)
+    help = Help(mode, GateOptions(**{"random_rate": 1.0, "stall_steps": 10, **gate}), segment_steps=7,
+                operators=operators, continuous=continuous, min_segment_steps=min_segment_steps,
+                max_handovers=max_handovers)
     deploy_round(config, str(open_checkpoint(trained_run).path), 1, help, help_steps, {"source": "test"})
     return FleetStore.open(out)
 
 
-def test_a_continuous_round_runs_each_robots_episodes_back_to_back_within_the_budget(trained_run, tmp_path):
-    store = deploy(trained_run, tmp_path / "continuous", continuous=True)
-    timelines = {}
+@pytest.fixture(scope="module")
+def continuous_round(trained_run, module_scheduler, tmp_path_factory):
+    """A continuous random-gate round: 4 robots in 2 operator groups, 2 episodes each, 60 expert steps."""
+    out = tmp_path_factory.mktemp("continuous") / "round"
+    return deploy(trained_run, out, continuous=True, scheduler=module_scheduler)
+
+
+def test_a_continuous_round_runs_each_robots_episodes_back_to_back_within_the_budget(continuous_round):
+    store, timelines = continuous_round, {}
     for robot in range(4):
         data, ends, _ = columns(store.path, robot)
-        assert [store.episode_info(robot, index)["seed"] for index in range(3)] == \
-            [episode_seed(0, robot, index, "fleet", 1) for index in range(3)]
+        assert [store.episode_info(robot, index)["seed"] for index in range(2)] == \
+            [episode_seed(0, robot, index, "fleet", 1) for index in range(2)]
         timelines.setdefault(robot % 2, []).append(data["acted_by"][:, 0])  # the robot's steps, episode after episode
     ledgers = [json.loads(path.read_text()) for path in sorted((store.path / LEDGERS).glob("group_*.json"))]
     assert all(list(ledger) == ["0"] for ledger in ledgers)  # the whole round is one session
@@ -77,35 +85,43 @@ def test_a_continuous_round_runs_each_robots_episodes_back_to_back_within_the_bu
         assert max(sum(np.pad(timeline, (0, steps - len(timeline))) for timeline in group)) <= 1
 
 
-def test_an_episode_gets_at_most_its_hand_overs_and_the_operator_helps_others_instead(trained_run, tmp_path):
-    def hand_overs(store):  # per episode, the lengths of its expert stretches
-        episodes = []
-        for robot in range(4):
-            data, ends, _ = columns(store.path, robot)
-            for acted in np.split(data["acted_by"][:, 0], ends[:-1]):
-                episodes.append([end - start for start, end in labelled_runs(acted.astype(bool))])
-        return episodes
+def hand_overs(store, robots):
+    """Per episode, the lengths of its expert stretches."""
+    episodes = []
+    for robot in range(robots):
+        data, ends, _ = columns(store.path, robot)
+        for acted in np.split(data["acted_by"][:, 0], ends[:-1]):
+            episodes.append([end - start for start, end in labelled_runs(acted.astype(bool))])
+    return episodes
 
-    unlimited = deploy(trained_run, tmp_path / "unlimited", continuous=True, help_steps=400)
+
+def test_an_episode_gets_at_most_its_hand_overs_and_the_operator_helps_others_instead(trained_run, module_scheduler,
+                                                                                     tmp_path):
+    """One operator over 2 robots in lockstep, 2 episodes each, a budget that never runs out."""
+    one_group = {"robots": 2, "operators": 1, "help_steps": 400, "scheduler": module_scheduler}
+    unlimited = deploy(trained_run, tmp_path / "unlimited", continuous=True, episodes=1, **one_group)
     # random asks at every step, so a hand-over never clears early: it lasts its 7 steps, limit or not
-    limited = deploy(trained_run, tmp_path / "limited", continuous=True, help_steps=400, max_handovers=1,
-                     min_segment_steps=2)
-    assert max(len(episode) for episode in hand_overs(unlimited)) > 1  # the limit binds
-    assert max(len(episode) for episode in hand_overs(limited)) == 1
-    assert sum(len(episode) for episode in hand_overs(limited)) > 4  # the operators went on to help other episodes
-    assert max(length for episode in hand_overs(limited) for length in episode) == 7
+    limited = deploy(trained_run, tmp_path / "limited", continuous=True, max_handovers=1, min_segment_steps=2,
+                     **one_group)
+    assert max(len(episode) for episode in hand_overs(unlimited, 2)) > 1  # the limit binds
+    assert max(len(episode) for episode in hand_overs(limited, 2)) == 1
+    assert sum(len(episode) for episode in hand_overs(limited, 2)) > 2  # the operator went on to later episodes
+    assert max(length for episode in hand_overs(limited, 2) for length in episode) == 7
 
 
-def test_with_one_episode_a_robot_continuous_and_waves_are_the_same_round(trained_run, tmp_path):
-    waves = deploy(trained_run, tmp_path / "waves", continuous=False, mode="stall", episodes=1)
-    continuous = deploy(trained_run, tmp_path / "continuous", continuous=True, mode="stall", episodes=1)
+def test_with_one_episode_a_robot_continuous_and_waves_are_the_same_round(trained_run, module_scheduler, tmp_path):
+    """2 robots in lockstep under one operator, as one group of a larger fleet runs."""
+    one_group = {"mode": "stall", "robots": 2, "operators": 1, "episodes": 1, "scheduler": module_scheduler}
+    waves = deploy(trained_run, tmp_path / "waves", continuous=False, **one_group)
+    continuous = deploy(trained_run, tmp_path / "continuous", continuous=True, **one_group)
     assert_same_stores(waves.path, continuous.path)
 
 
-def test_a_round_deployed_with_other_settings_is_not_carried_on(trained_run, tmp_path):
-    deploy(trained_run, tmp_path / "round", continuous=True, robots=2, episodes=1)
+def test_a_round_deployed_with_other_settings_is_not_carried_on(trained_run, continuous_round, tmp_path):
+    """Refused while the store is checked, before any cluster starts."""
+    round = copytree(continuous_round.path, tmp_path / "round", symlinks=True)
     with pytest.raises(ValueError, match="holds a different collection: its lineage's continuous is True, not False"):
-        deploy(trained_run, tmp_path / "round", continuous=False, robots=2, episodes=1)
+        deploy(trained_run, round, continuous=False)
 
 
 def test_a_continuous_round_killed_mid_round_resumes_to_the_same_store(trained_run, pick_place_fleet, tmp_path):
