@@ -132,9 +132,9 @@ def test_with_personal_after_the_fleet_shares_one_head_then_each_site_starts_fro
 
 
 @pytest.mark.slow
-def test_personal_heads_stay_local_and_equal_what_each_robot_trained(pick_place_fleet, tmp_path):
+def test_personal_heads_stay_local_and_equal_what_each_robot_trained(pick_place_fleet, module_scheduler, tmp_path):
     config = configure(pick_place_fleet, tmp_path / "run", "--rounds", "2", "--local-epochs", "2",
-                       "--personal", "robot", "--compression", "int8")
+                       "--personal", "robot", "--compression", "int8", "--scheduler", module_scheduler)
     run_federated(config)
     final = open_checkpoint(config.out)
     robots = sorted(final.personal)
@@ -162,8 +162,9 @@ def test_personal_heads_stay_local_and_equal_what_each_robot_trained(pick_place_
 
 
 @pytest.mark.slow
-def test_head_epochs_fit_each_head_to_the_final_shared_weights_and_leave_those_alone(pick_place_fleet, tmp_path):
-    arguments = ("--rounds", "2", "--personal", "robot", "--compression", "int8")
+def test_head_epochs_fit_each_head_to_the_final_shared_weights_and_leave_those_alone(pick_place_fleet,
+                                                                                    module_scheduler, tmp_path):
+    arguments = ("--rounds", "2", "--personal", "robot", "--compression", "int8", "--scheduler", module_scheduler)
     plain = configure(pick_place_fleet, tmp_path / "plain", *arguments)
     fitted = configure(pick_place_fleet, tmp_path / "fitted", *arguments, "--head-epochs", "3")
     run_federated(plain)
@@ -199,7 +200,7 @@ def federated(*arguments) -> subprocess.Popen:
 
 @pytest.mark.slow
 def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_does(pick_place_fleet, tmp_path):
-    arguments = ["--data", pick_place_fleet, "--rounds", "6", "--local-epochs", "5", "--fraction", "0.67",
+    arguments = ["--data", pick_place_fleet, "--rounds", "4", "--local-epochs", "2", "--fraction", "0.67",
                  "--compression", "topk", "--topk-fraction", "0.05", "--personal", "robot"]
     reference = federated(*arguments, "--out", tmp_path / "reference")
 
@@ -213,16 +214,16 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_does(pick_plac
     os.killpg(process.pid, signal.SIGKILL)  # the trainer and its dask workers, mid-run
     process.wait()
     killed_at = open_checkpoint(run).step
-    assert 2 <= killed_at < 6
+    assert 2 <= killed_at < 4
 
     resumed = federated(*arguments, "--out", run)
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
     assert reference.wait(timeout=300) == 0, reference.stderr.read()
     records = metrics(run)
-    assert [r["round"] for r in records] == list(range(1, 7))  # no round lost, none twice
+    assert [r["round"] for r in records] == list(range(1, 5))  # no round lost, none twice
 
     mine, theirs = (open_checkpoint(path, training=True) for path in (run, tmp_path / "reference"))
-    assert mine.step == theirs.step == 6
+    assert mine.step == theirs.step == 4
     assert all(torch.equal(mine.weights[key], theirs.weights[key]) for key in theirs.weights)
     ours, reference_state = mine.training["federated"], theirs.training["federated"]
     for name in ("heads", "residuals"):
