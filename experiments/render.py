@@ -137,6 +137,8 @@ SECTIONS = [
     _readme("readme_scaling", "scaling", "experiments.readme_figures:reach_text"),
     _readme("readme_scaling_visuomotor", "scaling_visuomotor", "experiments.readme_figures:reach_text"),
     _readme("readme_compute_scaling", "compute_scaling", "experiments.readme_figures:compute_checks_text"),
+    Section("metaworld_mt50_state_demos", "docs/metaworld.md", "## MT50 from state: success against demonstrations",
+            "metaworld_mt50_state*", "experiments.metaworld_report:demos_curve_text", many=True),
     _readme("readme_mt50_state", "metaworld_mt50_state", "experiments.readme_figures:many_tasks_text"),
     _benchmark("expert_success", "expert_success", "expert_text"),
     _benchmark("collect_speed", "collect_speed", "collect_text"),
