@@ -21,10 +21,12 @@ def columns(store_path, robot):
 
 
 
-def deployment(trained_run, out, mode="stall", help_steps=120, robots=4, episodes=2, operators=2, **gate):
-    """One deployment round of ``trained_run`` on ``robots`` x ``episodes`` pick-place robots into ``out``."""
+def deployment(trained_run, out, mode="stall", help_steps=120, robots=4, episodes=2, operators=2, scheduler=None,
+               **gate):
+    """One deployment round of ``trained_run`` on ``robots`` x ``episodes`` pick-place robots into ``out``, on the
+    dask cluster at ``scheduler`` (a fresh local one if None)."""
     config = CollectConfig(robots=robots, episodes=episodes, task="pick_place", out=str(out), seed=0,
-                           keep_failures=True, workers=2, quiet=True)
+                           keep_failures=True, workers=2, scheduler=scheduler, quiet=True)
     help = Help(mode, GateOptions(**{"stall_steps": 10, **gate}), segment_steps=15, operators=operators)
     return deploy_round(config, str(open_checkpoint(trained_run).path), 1, help, help_steps, {"source": "test"})
 

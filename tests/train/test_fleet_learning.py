@@ -5,8 +5,6 @@ import json
 import math
 import shutil
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,9 +14,10 @@ from safetensors.torch import load_file
 
 from collect.config import CollectConfig
 from experiments.fleet_learning import FleetLearningConfig
-from collect_helpers import REPO, assert_same_stores
+from collect_helpers import assert_same_stores
 from dataset import FleetStore
 from dataset.episodes import select_episodes
+from dataset.verify import verify_store
 from sim.fleet import make_fleet
 from sim.tasks import BUILTIN_TASKS
 from eval import EvalConfig
@@ -185,9 +184,9 @@ def test_an_expert_taking_over_a_robot_that_holds_the_cube_carries_it_on(task):
 
 
 @pytest.mark.slow
-def test_a_deployment_round_records_who_acted_within_the_help_budget(trained_run, tmp_path):
+def test_a_deployment_round_records_who_acted_within_the_help_budget(trained_run, module_scheduler, tmp_path):
     out = tmp_path / "round_1"
-    deployment(trained_run, out)
+    deployment(trained_run, out, scheduler=module_scheduler)
     store = FleetStore.open(out)
     assert store.manifest["lineage"]["mode"] == "stall" and store.manifest["lineage"]["round"] == 1
     acted_total, per_group = 0, {}
@@ -211,19 +210,24 @@ def test_a_deployment_round_records_who_acted_within_the_help_budget(trained_run
         assert episode.success == bool(data["next.success"][episode.end - 1, 0])
     segments = labelled_segments([store])
     assert sum(segment.length for segment in segments) == acted_total
-    assert subprocess.run([sys.executable, "-m", "dataset.cli", "verify", str(out)],
-                          capture_output=True, cwd=REPO).returncode == 0
+    assert verify_store(store) == []  # what `dataset verify` checks, in this process
 
 
 @pytest.mark.slow
-def test_dagger_labels_every_frame_without_acting_and_bc_buys_whole_demonstrations(trained_run, tmp_path):
-    deployment(trained_run, tmp_path / "dagger", mode="dagger", robots=2, episodes=1, operators=1)
+def test_dagger_labels_every_frame_without_acting(trained_run, module_scheduler, tmp_path):
+    deployment(trained_run, tmp_path / "dagger", mode="dagger", robots=1, episodes=1, operators=1,
+               scheduler=module_scheduler)
     data, _, _ = columns(tmp_path / "dagger", 0)
     assert (data["acted_by"] == POLICY).all() and data["labelled"].all()
     store = FleetStore.open(tmp_path / "dagger")
     segments = labelled_segments([store])  # the policy's states with the expert's labels: no chunk of them trains
     assert len(segments) == store.manifest["totals"]["frames"] and {s.end - s.start for s in segments} == {1}
-    deployment(trained_run, tmp_path / "bc", mode="bc", robots=2, episodes=2, operators=1, help_steps=500)
+
+
+@pytest.mark.slow
+def test_bc_buys_whole_demonstrations(trained_run, module_scheduler, tmp_path):
+    deployment(trained_run, tmp_path / "bc", mode="bc", robots=2, episodes=2, operators=1, help_steps=500,
+               scheduler=module_scheduler)
     for robot in range(2):  # wave w's demonstration is by robot w of the group, from its first frame
         data, ends, _ = columns(tmp_path / "bc", robot)
         acted = data["acted_by"][ends[robot - 1] if robot else 0: ends[robot], 0]
@@ -232,9 +236,10 @@ def test_dagger_labels_every_frame_without_acting_and_bc_buys_whole_demonstratio
 
 
 @pytest.mark.slow
-def test_own_successes_are_the_episodes_that_succeeded_without_the_expert(trained_run, tmp_path):
+def test_own_successes_are_the_episodes_that_succeeded_without_the_expert(trained_run, module_scheduler, tmp_path):
     out = tmp_path / "round_1"
-    deployment(trained_run, out, mode="random", robots=2, episodes=2, operators=1, random_rate=1e-12)  # never helped
+    deployment(trained_run, out, mode="random", robots=2, episodes=2, operators=1, random_rate=1e-12,  # never helped
+               scheduler=module_scheduler)
     for robot, episode in ((0, 1), (1, 0), (1, 1)):  # crafted: three successes, one of them with an expert frame
         group = zarr.open_group(out / f"robot_{robot:04d}.zarr", mode="r+")
         group["meta/episode_success"][episode] = True
